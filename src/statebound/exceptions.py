@@ -1,0 +1,266 @@
+"""The statebound error hierarchy.
+
+Every error statebound raises on purpose derives from :class:`StateboundError`,
+so a host can catch the whole family in one clause and still tell the cases apart::
+
+    StateboundError
+    ├── ChartError                    the SCXML could not become a Chart
+    │   ├── ChartSyntaxError          malformed or hostile XML (line, column)
+    │   └── ChartValidationError      a well-formed document that breaks the rules (all problems)
+    ├── NotRunning                    drive/send on a halted position or instance
+    ├── SerializationError            a value that cannot be stored (msgpack/cbor)
+    ├── PositionError                 a blob that cannot be loaded
+    │   ├── NotAPosition
+    │   ├── UnsupportedFormatVersion
+    │   ├── ChartIdentityMismatch
+    │   └── CorruptPosition
+    ├── HostError
+    │   ├── InstanceExists
+    │   ├── InstanceNotFound
+    │   └── UnknownChart
+    └── StoreError                    anything a backend could not do
+        ├── ConflictError             optimistic version check failed
+        ├── ItemTooLarge              a position or commit over the backend's limit
+        └── StoreUnavailable          the backend failed (throttled past retries, I/O error)
+
+Errors raised by executable content inside a chart are *not* in this tree: the W3C
+algorithm turns them into ``error.execution`` events and they never reach the host.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = [
+    "StateboundError",
+    "ChartError",
+    "ChartSyntaxError",
+    "ChartValidationError",
+    "Problem",
+    "NotRunning",
+    "SerializationError",
+    "PositionError",
+    "NotAPosition",
+    "UnsupportedFormatVersion",
+    "ChartIdentityMismatch",
+    "CorruptPosition",
+    "HostError",
+    "InstanceExists",
+    "InstanceNotFound",
+    "UnknownChart",
+    "StoreError",
+    "ConflictError",
+    "ItemTooLarge",
+    "StoreUnavailable",
+]
+
+
+class StateboundError(Exception):
+    """Root of every error statebound raises deliberately."""
+
+
+# --------------------------------------------------------------------------- charts
+
+
+class ChartError(StateboundError):
+    """The SCXML document could not be turned into a :class:`~statebound.Chart`."""
+
+
+class ChartSyntaxError(ChartError):
+    """The document is not well-formed XML, or uses a forbidden construct (DTD, entities).
+
+    :ivar line: 1-based line of the problem, or ``None`` when unknown.
+    :ivar column: 1-based column of the problem, or ``None`` when unknown.
+    """
+
+    def __init__(self, message: str, line: int | None = None, column: int | None = None,
+                 source: str | None = None) -> None:
+        self.line = line
+        self.column = column
+        self.source = source
+        where = ""
+        if line is not None:
+            where = f" at line {line}" + (f", column {column}" if column is not None else "")
+        prefix = f"{source}: " if source else ""
+        super().__init__(f"{prefix}{message}{where}")
+
+
+@dataclass(frozen=True, slots=True)
+class Problem:
+    """One validation problem: what is wrong and where.
+
+    :ivar message: a sentence saying what is wrong.
+    :ivar line: 1-based source line of the offending element, when known.
+    :ivar column: 1-based source column, when known.
+    :ivar element: the element's tag (``"transition"``, ``"state"``...).
+    """
+
+    message: str
+    line: int | None = None
+    column: int | None = None
+    element: str | None = None
+
+    def __str__(self) -> str:
+        where = f"line {self.line}: " if self.line is not None else ""
+        return f"{where}{self.message}"
+
+
+class ChartValidationError(ChartError):
+    """The document is well-formed but is not a valid chart. Lists *every* problem found.
+
+    :ivar problems: the problems, in document order.
+    """
+
+    def __init__(self, problems: Sequence[Problem], source: str | None = None) -> None:
+        self.problems = tuple(problems)
+        self.source = source
+        head = f"{source}: " if source else ""
+        lines = "\n".join(f"  - {p}" for p in self.problems)
+        super().__init__(f"{head}{len(self.problems)} problem(s) in chart:\n{lines}")
+
+
+# --------------------------------------------------------------------------- running
+
+
+class NotRunning(StateboundError):
+    """The position or instance has halted (status ``done`` or ``cancelled``).
+
+    :ivar status: the status found.
+    """
+
+    def __init__(self, message: str, status: str | None = None) -> None:
+        self.status = status
+        super().__init__(message)
+
+
+class SerializationError(StateboundError, TypeError):
+    """A value cannot be encoded by the position codec (msgpack or CBOR).
+
+    Datamodel values and event data must be made of ``None``, ``bool``, ``int``,
+    ``float``, ``str``, ``bytes``, lists and string-keyed dicts.
+    """
+
+
+# --------------------------------------------------------------------------- positions
+
+
+class PositionError(StateboundError):
+    """A position blob could not be loaded. ``from_bytes`` raises nothing else."""
+
+
+class NotAPosition(PositionError):
+    """The bytes do not start with the statebound magic prefix."""
+
+
+class UnsupportedFormatVersion(PositionError):
+    """The blob was written by a format version this code does not know.
+
+    :ivar version: the version number found in the blob.
+    """
+
+    def __init__(self, version: int, supported: Sequence[int] = ()) -> None:
+        self.version = version
+        self.supported = tuple(supported)
+        known = ", ".join(map(str, self.supported)) or "none"
+        super().__init__(f"position format version {version} is not supported (this code reads: {known})")
+
+
+class ChartIdentityMismatch(PositionError):
+    """The blob belongs to a different chart than the one it is being loaded against.
+
+    :ivar expected: ``(identity, name, version)`` of the chart given to ``from_bytes``.
+    :ivar found: ``(identity, name, version)`` recorded in the blob.
+    """
+
+    def __init__(self, expected: tuple[str, str | None, str | None],
+                 found: tuple[str, str | None, str | None]) -> None:
+        self.expected = expected
+        self.found = found
+        super().__init__(
+            "position was written for chart "
+            f"{found[1]!r} version {found[2]!r} ({found[0]}) but is being loaded against "
+            f"{expected[1]!r} version {expected[2]!r} ({expected[0]}); "
+            "drain it on the old chart or migrate it with export()/Position.import_()"
+        )
+
+
+class CorruptPosition(PositionError):
+    """The blob is truncated or its payload is inconsistent with the chart."""
+
+
+# --------------------------------------------------------------------------- host
+
+
+class HostError(StateboundError):
+    """A host call was refused. Nothing was written."""
+
+
+class InstanceExists(HostError):
+    """``start`` was called with an instance id that already exists."""
+
+    def __init__(self, instance_id: str) -> None:
+        self.instance_id = instance_id
+        super().__init__(f"instance {instance_id!r} already exists")
+
+
+class InstanceNotFound(HostError, KeyError):
+    """No instance with this id exists in the store."""
+
+    def __init__(self, instance_id: str) -> None:
+        self.instance_id = instance_id
+        super().__init__(f"instance {instance_id!r} not found")
+
+    def __str__(self) -> str:  # KeyError would quote the whole message
+        return str(self.args[0])
+
+
+class UnknownChart(HostError, KeyError):
+    """The host was asked for a chart it was not given."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        super().__init__(f"chart {name!r} is not registered with this host")
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+# --------------------------------------------------------------------------- stores
+
+
+class StoreError(StateboundError):
+    """A backend could not complete an operation."""
+
+
+class ConflictError(StoreError):
+    """The optimistic version check failed: someone else committed first.
+
+    The host reloads and retries a bounded number of times before letting this escape.
+
+    :ivar instance_id: the instance whose version moved, when known.
+    :ivar current: the version now stored, when the backend can tell.
+    """
+
+    def __init__(self, message: str, instance_id: str | None = None, current: Any = None) -> None:
+        self.instance_id = instance_id
+        self.current = current
+        super().__init__(message)
+
+
+class ItemTooLarge(StoreError):
+    """A position, or a whole commit, exceeds what the backend accepts. Nothing was written.
+
+    :ivar size: the size or count that was refused.
+    :ivar limit: the backend's limit.
+    """
+
+    def __init__(self, message: str, size: int | None = None, limit: int | None = None) -> None:
+        self.size = size
+        self.limit = limit
+        super().__init__(message)
+
+
+class StoreUnavailable(StoreError):
+    """The backend failed in a way retries did not cure (I/O error, throttled)."""

@@ -1,0 +1,157 @@
+"""MemoryStore: the in-process reference backend (tests, examples, the conformance suite).
+
+It implements :class:`~statebound.host.store.Store` exactly as the durable backends must,
+so a test written against it holds for SQLite and DynamoDB too. A lock makes each call
+atomic across threads.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from dataclasses import replace
+
+from ..exceptions import ConflictError
+from .store import (CLAIMED, DEAD, DONE, PENDING, Commit, PositionRecord, TimerKey, TimerRow)
+
+__all__ = ["MemoryStore"]
+
+
+class MemoryStore:
+    """A dict-backed :class:`~statebound.host.store.Store`. Nothing survives the process.
+
+    :param keep_done: keep completed timer rows (for inspection); default ``True``.
+    """
+
+    def __init__(self, *, keep_done: bool = True) -> None:
+        self._lock = threading.RLock()
+        self._positions: dict[str, PositionRecord] = {}
+        self._timers: dict[TimerKey, TimerRow] = {}
+        self._keep_done = keep_done
+        #: how many commits were applied (handy in tests)
+        self.commits = 0
+
+    # -- positions -------------------------------------------------------------
+    def load(self, instance_id: str) -> PositionRecord | None:
+        """Return the record or ``None``."""
+        with self._lock:
+            return self._positions.get(instance_id)
+
+    def commit(self, commit: Commit) -> None:
+        """Check every condition first, then apply everything; all or nothing."""
+        with self._lock:
+            for w in commit.writes:
+                cur = self._positions.get(w.instance_id)
+                if w.expected_version is None:
+                    if cur is not None:
+                        raise ConflictError(f"instance {w.instance_id!r} already exists",
+                                            w.instance_id, cur.version)
+                elif cur is None or cur.version != w.expected_version:
+                    raise ConflictError(f"version of {w.instance_id!r} moved", w.instance_id,
+                                        None if cur is None else cur.version)
+            if commit.complete is not None:
+                row = self._timers.get(commit.complete.key)
+                node = commit.complete.node_id
+                if row is None or row.state in (DONE, DEAD) or (
+                        node is not None and row.state == CLAIMED and row.claimed_by != node):
+                    raise ConflictError(f"timer {commit.complete.key} is no longer claimable")
+            # apply
+            for w in commit.writes:
+                if w.blob is None:
+                    self._positions.pop(w.instance_id, None)
+                    for k in [k for k in self._timers if k[0] == w.instance_id]:
+                        del self._timers[k]
+                    continue
+                version = 1 if w.expected_version is None else w.expected_version + 1
+                self._positions[w.instance_id] = PositionRecord(
+                    w.instance_id, w.chart, version, w.blob, w.status, tuple(w.timers), w.parent)
+            for k in commit.timers_delete:
+                self._timers.pop(k, None)
+            for row in commit.timers_put:
+                self._timers[row.key] = row
+            if commit.complete is not None:
+                c = commit.complete
+                row = self._timers.get(c.key)
+                if row is not None:
+                    if self._keep_done:
+                        self._timers[c.key] = replace(row, state=DONE, outcome=c.outcome,
+                                                      reason=c.reason, claimed_by=None,
+                                                      claim_expires_ms=None)
+                    else:
+                        del self._timers[c.key]
+            self.commits += 1
+
+    # -- timers ----------------------------------------------------------------
+    def _ready(self, row: TimerRow, now_ms: int) -> bool:
+        if row.state == PENDING:
+            return row.ready_at_ms <= now_ms
+        if row.state == CLAIMED:
+            return (row.claim_expires_ms or 0) <= now_ms
+        return False
+
+    def claim_due(self, now_ms: int, limit: int, node_id: str, lease_ms: int) -> list[TimerRow]:
+        """Claim the earliest ready rows for ``node_id``."""
+        with self._lock:
+            ready = sorted((r for r in self._timers.values() if self._ready(r, now_ms)),
+                           key=lambda r: (r.ready_at_ms, r.instance_id, r.ordinal))[:limit]
+            out = []
+            for r in ready:
+                claimed = replace(r, state=CLAIMED, claimed_by=node_id,
+                                  claim_expires_ms=now_ms + lease_ms)
+                self._timers[r.key] = claimed
+                out.append(claimed)
+            return out
+
+    def release(self, key: TimerKey, node_id: str, *, error: str, next_attempt_at_ms: int,
+                dead: bool) -> None:
+        """Return a claimed row after a failure (attempts counted, backoff or dead)."""
+        with self._lock:
+            row = self._timers.get(key)
+            if row is None or row.state == DONE:
+                return
+            if row.state == CLAIMED and row.claimed_by not in (None, node_id):
+                return
+            self._timers[key] = replace(row, state=DEAD if dead else PENDING,
+                                        attempts=row.attempts + 1, last_error=error,
+                                        next_attempt_at_ms=next_attempt_at_ms,
+                                        claimed_by=None, claim_expires_ms=None)
+
+    def next_due(self) -> int | None:
+        """Earliest time at which some row becomes ready."""
+        with self._lock:
+            times = [r.ready_at_ms if r.state == PENDING else (r.claim_expires_ms or 0)
+                     for r in self._timers.values() if r.state in (PENDING, CLAIMED)]
+            return min(times) if times else None
+
+    def pending_timers(self, instance_id: str) -> list[TimerRow]:
+        """Rows scheduled by ``instance_id`` that are not done."""
+        with self._lock:
+            return sorted((r for r in self._timers.values()
+                           if r.instance_id == instance_id and r.state != DONE),
+                          key=lambda r: r.ordinal)
+
+    def dead_timers(self, limit: int = 100) -> Sequence[TimerRow]:
+        """Rows parked as dead."""
+        with self._lock:
+            return sorted((r for r in self._timers.values() if r.state == DEAD),
+                          key=lambda r: r.key)[:limit]
+
+    def retry_timer(self, key: TimerKey, now_ms: int) -> bool:
+        """Revive a dead row, due now."""
+        with self._lock:
+            row = self._timers.get(key)
+            if row is None or row.state != DEAD:
+                return False
+            self._timers[key] = replace(row, state=PENDING, attempts=0, due_at_ms=now_ms,
+                                        next_attempt_at_ms=None, last_error=None)
+            return True
+
+    def get_timer(self, key: TimerKey) -> TimerRow | None:
+        """One row by key."""
+        with self._lock:
+            return self._timers.get(key)
+
+    def instance_ids(self) -> list[str]:
+        """All stored instance ids (MemoryStore extra, for tests)."""
+        with self._lock:
+            return sorted(self._positions)

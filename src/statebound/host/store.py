@@ -1,0 +1,228 @@
+"""The Store protocol: the one seam between the host and a persistence backend.
+
+A backend stores two kinds of record:
+
+* a **position record** per instance: the blob, an integer version for optimistic
+  concurrency, the chart name and status, and the list of the instance's pending
+  timer refs (so that a cancel by ``send_id`` never needs a scan);
+* a **timer row** per pending delayed send, keyed by ``(instance_id, ordinal)`` where
+  ``instance_id`` is the *scheduling* instance. ``target_id`` is the instance that
+  receives the event (the same instance, its parent, or a child).
+
+Every host call ends in exactly one :meth:`Store.commit`, which the backend applies
+atomically: all position writes (each conditional on the version loaded), the new
+timer rows, the deleted (cancelled) rows and the completion of the fired row, or
+nothing at all. A failed version condition raises :class:`~statebound.ConflictError`
+and writes nothing; the host reloads and retries.
+
+Backends live one per file: ``host/memory.py``, ``host/sqlite.py``, ``dynamodb/store.py``.
+Each must raise only :mod:`statebound.exceptions` errors (translate driver errors at the
+boundary), so the host never imports a driver.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+__all__ = [
+    "TimerRef", "PositionRecord", "TimerRow", "TimerKey", "PositionWrite",
+    "TimerCompletion", "Commit", "Store",
+    "PENDING", "CLAIMED", "DEAD", "DONE",
+]
+
+#: Timer row states.
+PENDING = "pending"
+CLAIMED = "claimed"
+DEAD = "dead"
+DONE = "done"
+
+#: ``(instance_id, ordinal)``: the primary key of a timer row.
+TimerKey = tuple[str, int]
+
+
+@dataclass(frozen=True, slots=True)
+class TimerRef:
+    """What a position record remembers about one of its pending timer rows."""
+
+    ordinal: int
+    send_id: str
+    name: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PositionRecord:
+    """A stored instance, as returned by :meth:`Store.load`.
+
+    :ivar instance_id: the instance id (also the SCXML ``_sessionid``).
+    :ivar chart: the name of the chart it runs (the host resolves it to a Chart).
+    :ivar version: monotonically increasing integer, starting at 1 on creation.
+    :ivar blob: the encoded :class:`~statebound.Position`.
+    :ivar status: ``"running"``, ``"done"`` or ``"cancelled"``, kept beside the blob so
+        the liveness check needs no decode.
+    :ivar timers: refs to the instance's pending timer rows (it is the scheduler).
+    :ivar parent: the parent instance id for an invoked child, else ``None``.
+    """
+
+    instance_id: str
+    chart: str
+    version: int
+    blob: bytes
+    status: str
+    timers: tuple[TimerRef, ...] = ()
+    parent: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class TimerRow:
+    """One durable timer.
+
+    :ivar instance_id: the scheduling instance (key part 1; ``cancel`` scope).
+    :ivar ordinal: the ``SendDelayed.ordinal`` (key part 2).
+    :ivar target_id: the instance that receives the event when it fires.
+    :ivar due_at_ms: epoch ms, computed once at commit (``now + delay_ms`` or ``at_ms``).
+    :ivar send_id: the send id (cancellation key together with ``instance_id``).
+    :ivar event: the event to deliver, as :meth:`statebound.Event.to_dict`.
+    :ivar name: the ``<sb:timeout>`` name, if the row is a named timeout.
+    :ivar dedup: the dedup fields of the ``SendDelayed`` (macrostep, microstep, round,
+        c_index, owner, id_from_author), kept as row data for operators.
+    :ivar caller_context: the opaque host value of the scheduling event.
+    :ivar state: ``pending``, ``claimed``, ``dead`` or ``done``.
+    :ivar attempts: failed delivery attempts so far.
+    :ivar next_attempt_at_ms: when a released row may be tried again (backoff), or ``None``.
+    :ivar claimed_by: node id of the sweeper holding the claim, if claimed.
+    :ivar claim_expires_ms: when that claim lapses (a dead sweeper's lease runs out).
+    :ivar last_error: text of the last delivery failure.
+    :ivar outcome: for ``done`` rows: ``fired``, ``discarded`` or ``stale``.
+    :ivar reason: why a row was discarded, e.g. ``"instance not found"``.
+    """
+
+    instance_id: str
+    ordinal: int
+    target_id: str
+    due_at_ms: int
+    send_id: str
+    event: dict[str, Any]
+    name: str | None = None
+    dedup: dict[str, Any] = field(default_factory=dict)
+    caller_context: Any = None
+    state: str = PENDING
+    attempts: int = 0
+    next_attempt_at_ms: int | None = None
+    claimed_by: str | None = None
+    claim_expires_ms: int | None = None
+    last_error: str | None = None
+    outcome: str | None = None
+    reason: str | None = None
+
+    @property
+    def key(self) -> TimerKey:
+        """The row's primary key ``(instance_id, ordinal)``."""
+        return (self.instance_id, self.ordinal)
+
+    @property
+    def ready_at_ms(self) -> int:
+        """When the row may fire: the due time, or the backoff time if later."""
+        if self.next_attempt_at_ms is not None and self.next_attempt_at_ms > self.due_at_ms:
+            return self.next_attempt_at_ms
+        return self.due_at_ms
+
+
+@dataclass(frozen=True, slots=True)
+class PositionWrite:
+    """One position to write in a commit.
+
+    :ivar expected_version: the version loaded; ``None`` means the record must not exist
+        yet (a create). The backend raises ``ConflictError`` when it does not match.
+    :ivar blob: the new blob, or ``None`` to delete the instance and purge all its
+        timer rows (the ones it scheduled).
+    :ivar timers: the instance's pending timer refs after this commit.
+    """
+
+    instance_id: str
+    chart: str
+    expected_version: int | None
+    blob: bytes | None
+    status: str
+    timers: tuple[TimerRef, ...] = ()
+    parent: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class TimerCompletion:
+    """Marks the fired row done in the same commit.
+
+    The backend must check the row still exists and is not done (and, when ``node_id``
+    is given, that the claim is this node's); otherwise it raises ``ConflictError`` and
+    writes nothing, which is what makes a fire happen exactly once.
+    """
+
+    key: TimerKey
+    outcome: str  # "fired" | "discarded" | "stale"
+    reason: str | None = None
+    node_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Commit:
+    """Everything one host call writes, applied atomically by :meth:`Store.commit`."""
+
+    writes: tuple[PositionWrite, ...] = ()
+    timers_put: tuple[TimerRow, ...] = ()
+    timers_delete: tuple[TimerKey, ...] = ()
+    complete: TimerCompletion | None = None
+
+    @property
+    def empty(self) -> bool:
+        """True when there is nothing to write."""
+        return not (self.writes or self.timers_put or self.timers_delete or self.complete)
+
+
+@runtime_checkable
+class Store(Protocol):
+    """What a persistence backend implements. See the module docstring for the contract."""
+
+    def load(self, instance_id: str) -> PositionRecord | None:
+        """Return the instance's record (strongly consistent), or ``None``."""
+        ...
+
+    def commit(self, commit: Commit) -> None:
+        """Apply the commit atomically, or raise ``ConflictError``/``StoreError`` and write nothing."""
+        ...
+
+    def claim_due(self, now_ms: int, limit: int, node_id: str, lease_ms: int) -> list[TimerRow]:
+        """Claim up to ``limit`` rows that are ready (``ready_at_ms <= now_ms``), earliest first.
+
+        Ready means state ``pending``, or ``claimed`` with ``claim_expires_ms <= now_ms``
+        (a dead sweeper's claim). Claiming sets ``claimed_by``/``claim_expires_ms``
+        atomically so two sweepers never hold the same row. A backend whose commit
+        already guards the fire (DynamoDB) may return rows without writing a claim.
+        """
+        ...
+
+    def release(self, key: TimerKey, node_id: str, *, error: str, next_attempt_at_ms: int,
+                dead: bool) -> None:
+        """Give a claimed row back after a failed delivery: ``attempts += 1``, record the
+        error and the backoff time, or park it as ``dead``. A no-op if the row is gone."""
+        ...
+
+    def next_due(self) -> int | None:
+        """The earliest ``ready_at_ms`` among pending (or claim-expired) rows, or ``None``."""
+        ...
+
+    def pending_timers(self, instance_id: str) -> list[TimerRow]:
+        """The not-yet-done rows scheduled by this instance (pending, claimed or dead), by ordinal."""
+        ...
+
+    def dead_timers(self, limit: int = 100) -> Sequence[TimerRow]:
+        """Rows parked as dead after too many failed attempts."""
+        ...
+
+    def retry_timer(self, key: TimerKey, now_ms: int) -> bool:
+        """Revive a dead row: pending, attempts reset, due now. Returns whether a row was revived."""
+        ...
+
+    def get_timer(self, key: TimerKey) -> TimerRow | None:
+        """One row by key, in whatever state (done rows included while they are kept)."""
+        ...
