@@ -114,6 +114,7 @@ class Invoke(_Stamp):
     :ivar chart: the compiled child chart (inline ``<content>`` or ``src`` resolved at
         compile time), or ``None`` when only ``src`` is known (``srcexpr``).
     :ivar src: the evaluated ``src``/``srcexpr``, when given.
+    :ivar content: an SCXML document given by ``<content expr>``, to compile at run time.
     :ivar data: the ``param``/``namelist`` values passed to the child's datamodel.
     :ivar autoforward: whether external events are forwarded to the child.
     :ivar state: id of the state that owns the ``<invoke>``.
@@ -123,6 +124,7 @@ class Invoke(_Stamp):
     type: str
     chart: Any
     src: str | None
+    content: str | None
     data: dict[str, Any]
     autoforward: bool
     state: str

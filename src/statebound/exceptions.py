@@ -7,6 +7,7 @@ so a host can catch the whole family in one clause and still tell the cases apar
     ├── ChartError                    the SCXML could not become a Chart
     │   ├── ChartSyntaxError          malformed or hostile XML (line, column)
     │   └── ChartValidationError      a well-formed document that breaks the rules (all problems)
+    ├── EvaluationError               an expression failed (internal: becomes error.execution)
     ├── NotRunning                    drive/send on a halted position or instance
     ├── SerializationError            a value that cannot be stored (msgpack/cbor)
     ├── PositionError                 a blob that cannot be loaded
@@ -39,6 +40,7 @@ __all__ = [
     "ChartSyntaxError",
     "ChartValidationError",
     "Problem",
+    "EvaluationError",
     "NotRunning",
     "SerializationError",
     "PositionError",
@@ -122,6 +124,14 @@ class ChartValidationError(ChartError):
 
 
 # --------------------------------------------------------------------------- running
+
+
+class EvaluationError(StateboundError):
+    """An expression, location or script failed in the datamodel.
+
+    The interpreter catches it and raises ``error.execution`` inside the chart, as the
+    SCXML spec requires; hosts never see it.
+    """
 
 
 class NotRunning(StateboundError):

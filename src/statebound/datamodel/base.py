@@ -1,0 +1,150 @@
+"""What a datamodel provides to the interpreter.
+
+A datamodel is prepared once per chart (:func:`datamodel_for`), compiling every
+expression of the chart; then each drive opens a :class:`Context` over the position's
+variables. The interpreter only talks to these two interfaces, so adding a datamodel
+(ECMAScript, later) touches nothing in the algorithm.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any, Protocol
+
+import msgpack
+
+from ..chart.model import Chart, Expr
+from ..exceptions import EvaluationError, SerializationError
+
+__all__ = ["Datamodel", "Context", "EventView", "AttrDict", "SYSTEM_VARIABLES", "pack_vars",
+           "unpack_vars", "check_serializable", "datamodel_for"]
+
+#: Names an expression can read but never assign.
+SYSTEM_VARIABLES = frozenset({"_event", "_sessionid", "_name", "_ioprocessors", "_x", "In"})
+
+
+class AttrDict(dict):
+    """A dict whose string keys can also be read as attributes (``_event.data.amount``)."""
+
+    __slots__ = ()
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            v = self[name]
+        except KeyError:
+            raise AttributeError(name) from None
+        return AttrDict(v) if type(v) is dict else v
+
+
+class EventView:
+    """The read-only ``_event`` object expressions see."""
+
+    __slots__ = ("name", "type", "sendid", "origin", "origintype", "invokeid", "data")
+
+    def __init__(self, event: Any) -> None:
+        self.name = event.name
+        self.type = event.type
+        self.sendid = event.sendid or ""
+        self.origin = event.origin or ""
+        self.origintype = event.origintype or ""
+        self.invokeid = event.invokeid or ""
+        d = event.data
+        self.data = AttrDict(d) if type(d) is dict else d
+
+    def __repr__(self) -> str:
+        return f"_event(name={self.name!r}, data={self.data!r})"
+
+
+def _default(obj: Any) -> Any:
+    if isinstance(obj, (set, frozenset)):
+        raise TypeError("sets are not serializable; use a list")
+    raise TypeError(f"{type(obj).__name__} is not serializable")
+
+
+_packer_opts = {"use_bin_type": True, "default": _default, "datetime": False}
+
+
+def pack_vars(values: Mapping[str, Any]) -> bytes:
+    """Encode datamodel variables (msgpack). Raises :class:`SerializationError`."""
+    try:
+        return msgpack.packb(values, **_packer_opts)
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise SerializationError(f"datamodel value cannot be stored: {exc}") from None
+
+
+def unpack_vars(blob: bytes) -> dict[str, Any]:
+    """Decode datamodel variables written by :func:`pack_vars` (fresh objects each call)."""
+    return msgpack.unpackb(blob, raw=False, strict_map_key=False) if blob else {}
+
+
+def check_serializable(value: Any, what: str = "value") -> None:
+    """Raise :class:`EvaluationError` if ``value`` cannot be stored in a position."""
+    try:
+        msgpack.packb(value, **_packer_opts)
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise EvaluationError(f"{what} cannot be stored in the datamodel (msgpack): {exc}") from None
+
+
+class Context(Protocol):
+    """One drive's view of the datamodel."""
+
+    def evaluate(self, expr: Expr) -> Any:
+        """Evaluate an expression; raise :class:`EvaluationError` on failure."""
+        ...
+
+    def cond(self, expr: Expr) -> bool:
+        """Evaluate a condition to a bool; raise :class:`EvaluationError` on failure."""
+        ...
+
+    def assign(self, location: Expr, value: Any) -> None:
+        """Assign ``value`` to a location; raise :class:`EvaluationError` on failure."""
+        ...
+
+    def declare(self, name: str, value: Any) -> None:
+        """Create (or overwrite) variable ``name`` (``<data>``, ``foreach`` item)."""
+        ...
+
+    def is_declared(self, location: Expr) -> bool:
+        """Whether a location names an existing variable (for ``foreach`` item/index)."""
+        ...
+
+    def valid_location(self, location: Expr) -> bool:
+        """Whether the location is a legal assignment target."""
+        ...
+
+    def execute(self, script: Expr) -> None:
+        """Run a ``<script>``; raise :class:`EvaluationError` on failure."""
+        ...
+
+    def set_event(self, event: Any) -> None:
+        """Bind ``_event`` to the event being processed."""
+        ...
+
+    def variables(self) -> dict[str, Any]:
+        """The datamodel variables (system variables excluded)."""
+        ...
+
+
+class Datamodel(Protocol):
+    """A datamodel prepared for one chart."""
+
+    name: str
+
+    def open(self, variables: dict[str, Any], session_id: str, name: str,
+             ioprocessors: Mapping[str, Any], in_state: Callable[[str], bool]) -> Context:
+        """Open a context over ``variables`` (owned by the context from now on)."""
+        ...
+
+
+def datamodel_for(chart: Chart) -> Datamodel:
+    """The datamodel of ``chart``, prepared (expressions compiled) once and cached on it."""
+    dm = chart._caches.get("datamodel")
+    if dm is None:
+        if chart.datamodel == "null":
+            from .null import NullDatamodel
+            dm = NullDatamodel(chart)
+        else:
+            from .python import PythonDatamodel
+            dm = PythonDatamodel(chart)
+        chart._caches["datamodel"] = dm
+    return dm

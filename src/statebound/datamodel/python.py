@@ -1,0 +1,229 @@
+"""The ``python`` datamodel (the default).
+
+Expressions are Python expressions, ``<script>`` bodies are Python statements, and the
+variables live in one namespace per drive. Every expression of a chart is compiled once,
+when the chart is first prepared.
+
+Safety: builtins are an allow-list and any name or attribute starting with ``__`` (and
+the frame/code attributes used to escape sandboxes) is refused at compile time. That
+closes the well-known escapes, but Python's ``eval`` is **not** a security boundary:
+use this datamodel for charts your team writes. Event data is never evaluated.
+"""
+
+from __future__ import annotations
+
+import ast
+import builtins
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from ..chart.model import Chart, Expr
+from ..exceptions import EvaluationError
+from .base import SYSTEM_VARIABLES, EventView, check_serializable
+
+__all__ = ["PythonDatamodel", "SAFE_BUILTINS"]
+
+_ALLOWED = (
+    "abs all any bool bytes callable chr dict divmod enumerate filter float format frozenset "
+    "getattr hasattr hash int isinstance issubclass iter len list map max min next ord pow range "
+    "repr reversed round set slice sorted str sum tuple type zip True False None "
+    "ArithmeticError AttributeError Exception IndexError KeyError LookupError NameError "
+    "TypeError ValueError ZeroDivisionError"
+).split()
+#: The builtins expressions may use.
+SAFE_BUILTINS: dict[str, Any] = {n: getattr(builtins, n) for n in _ALLOWED}
+
+_FORBIDDEN_ATTRS = frozenset({
+    "gi_frame", "gi_code", "cr_frame", "cr_code", "ag_frame", "ag_code", "f_globals", "f_locals",
+    "f_builtins", "f_back", "f_code", "tb_frame", "tb_next", "co_code", "func_globals", "mro",
+    "format_map",
+})
+
+
+def _check_safe(tree: ast.AST) -> str | None:
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name) and node.id.startswith("__"):
+            return f"name {node.id!r} is not allowed"
+        if isinstance(node, ast.Attribute) and (node.attr.startswith("_") or node.attr in _FORBIDDEN_ATTRS):
+            return f"attribute {node.attr!r} is not allowed"
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            return "import is not allowed"
+        if isinstance(node, (ast.Global, ast.Nonlocal)):
+            return "global/nonlocal is not allowed"
+    return None
+
+
+class _Failed:
+    """Stands in for an expression that did not compile; fails when evaluated."""
+
+    __slots__ = ("message",)
+
+    def __init__(self, message: str) -> None:
+        self.message = message
+
+
+def _root_name(target: ast.AST) -> str | None:
+    while isinstance(target, (ast.Attribute, ast.Subscript)):
+        target = target.value
+    return target.id if isinstance(target, ast.Name) else None
+
+
+class PythonDatamodel:
+    """The python datamodel prepared for one chart (all expressions compiled)."""
+
+    name = "python"
+
+    def __init__(self, chart: Chart) -> None:
+        self.chart = chart
+        self.code: list[Any] = [self._compile(e) for e in chart.expressions]
+
+    def _compile(self, e: Expr) -> Any:
+        src = e.src.strip() if e.kind != "script" else e.src
+        mode = "exec" if e.kind == "script" else "eval"
+        try:
+            tree = ast.parse(src, mode=mode)
+        except SyntaxError as exc:
+            return _Failed(f"syntax error in {e.kind} {e.src!r}: {exc.msg}")
+        bad = _check_safe(tree)
+        if bad:
+            return _Failed(f"{bad} in {e.kind} {e.src!r}")
+        where = f"<scxml line {e.line}>"
+        if e.kind == "location":
+            body = tree.body  # type: ignore[attr-defined]
+            if not isinstance(body, (ast.Name, ast.Attribute, ast.Subscript)):
+                return _Failed(f"{e.src!r} is not an assignable location")
+            root = _root_name(body)
+            load = compile(ast.Expression(body=body), where, "eval")
+            if isinstance(body, ast.Name):
+                return ("name", body.id, None, load)
+            stmt = ast.Module(body=[ast.Assign(targets=[ast.fix_missing_locations(
+                _as_store(body))], value=ast.Name(id="_sb_value", ctx=ast.Load()), lineno=1)],
+                type_ignores=[])
+            ast.fix_missing_locations(stmt)
+            return ("path", root, compile(stmt, where, "exec"), load)
+        return compile(tree, where, mode)
+
+    def open(self, variables: dict[str, Any], session_id: str, name: str,
+             ioprocessors: Mapping[str, Any], in_state: Callable[[str], bool]) -> "PythonContext":
+        """Open a drive's context; ``variables`` is taken over (not copied)."""
+        return PythonContext(self, variables, session_id, name, ioprocessors, in_state)
+
+
+def _as_store(node: ast.AST) -> ast.AST:
+    node.ctx = ast.Store()  # type: ignore[attr-defined]
+    return node
+
+
+class PythonContext:
+    """One drive's namespace. See :class:`statebound.datamodel.base.Context`."""
+
+    __slots__ = ("code", "ns", "_system")
+
+    def __init__(self, dm: PythonDatamodel, variables: dict[str, Any], session_id: str, name: str,
+                 ioprocessors: Mapping[str, Any], in_state: Callable[[str], bool]) -> None:
+        self.code = dm.code
+        ns = variables
+        ns["__builtins__"] = SAFE_BUILTINS
+        ns["_sessionid"] = session_id
+        ns["_name"] = name
+        ns["_ioprocessors"] = ioprocessors
+        ns["In"] = in_state
+        ns["_event"] = None
+        self.ns = ns
+        self._system = (session_id, name, ioprocessors, in_state)
+
+    def _code(self, expr: Expr) -> Any:
+        c = self.code[expr.id]
+        if type(c) is _Failed:
+            raise EvaluationError(c.message)
+        return c
+
+    def evaluate(self, expr: Expr) -> Any:
+        """Evaluate an expression in the namespace."""
+        c = self._code(expr)
+        if type(c) is tuple:  # a location read as a value (namelist, <param location>)
+            c = c[3]
+        try:
+            return eval(c, self.ns)
+        except Exception as exc:
+            raise EvaluationError(f"{expr.src!r}: {type(exc).__name__}: {exc}") from None
+
+    def cond(self, expr: Expr) -> bool:
+        """Evaluate a condition."""
+        return bool(self.evaluate(expr))
+
+    def valid_location(self, location: Expr) -> bool:
+        """Whether ``location`` compiled as an assignable target."""
+        return type(self.code[location.id]) is tuple
+
+    def is_declared(self, location: Expr) -> bool:
+        """Whether the location's root variable exists."""
+        c = self.code[location.id]
+        return type(c) is tuple and c[1] in self.ns and c[1] not in SYSTEM_VARIABLES
+
+    def assign(self, location: Expr, value: Any) -> None:
+        """Assign, refusing system variables, undeclared names and unstorable values."""
+        c = self._code(location)
+        kind, root, code, _ = c
+        if root in SYSTEM_VARIABLES or root is None or root.startswith("__"):
+            raise EvaluationError(f"cannot assign to {location.src!r}: it is a system variable"
+                                  if root in SYSTEM_VARIABLES else f"cannot assign to {location.src!r}")
+        if root not in self.ns:
+            raise EvaluationError(f"cannot assign to {location.src!r}: {root!r} is not declared")
+        check_serializable(value, f"the value assigned to {location.src!r}")
+        if kind == "name":
+            self.ns[root] = value
+            return
+        self.ns["_sb_value"] = value
+        try:
+            exec(code, self.ns)
+        except Exception as exc:
+            raise EvaluationError(f"cannot assign to {location.src!r}: {type(exc).__name__}: {exc}") from None
+        finally:
+            self.ns.pop("_sb_value", None)
+
+    def declare(self, name: str, value: Any) -> None:
+        """Create a variable (``<data>``, foreach item/index)."""
+        if name in SYSTEM_VARIABLES or name.startswith("__"):
+            raise EvaluationError(f"cannot declare system variable {name!r}")
+        self.ns[name] = value
+
+    def execute(self, script: Expr) -> None:
+        """Run a ``<script>``, then check it left system variables alone and stored only data."""
+        c = self._code(script)
+        ns = self.ns
+        before = dict(ns)
+        try:
+            exec(c, ns)
+        except Exception as exc:
+            raise EvaluationError(f"<script> failed: {type(exc).__name__}: {exc}") from None
+        finally:
+            ns["__builtins__"] = SAFE_BUILTINS
+        sid, name, iop, in_state = self._system
+        problem = None
+        if ns.get("_sessionid") != sid or ns.get("_name") != name or ns.get("_ioprocessors") is not iop \
+                or ns.get("In") is not in_state or ns.get("_event") is not before.get("_event"):
+            problem = "<script> may not assign system variables"
+        else:
+            for k, v in ns.items():
+                if k in SYSTEM_VARIABLES or k == "__builtins__":
+                    continue
+                if k not in before or before[k] is not v or isinstance(v, (list, dict)):
+                    try:
+                        check_serializable(v, f"variable {k!r}")
+                    except EvaluationError as exc:
+                        problem = str(exc)
+                        break
+        if problem:
+            ns.clear()
+            ns.update(before)
+            raise EvaluationError(problem)
+
+    def set_event(self, event: Any) -> None:
+        """Bind ``_event``."""
+        self.ns["_event"] = None if event is None else EventView(event)
+
+    def variables(self) -> dict[str, Any]:
+        """The variables, system names removed."""
+        ns = self.ns
+        return {k: v for k, v in ns.items() if k not in SYSTEM_VARIABLES and k != "__builtins__"}

@@ -1,0 +1,515 @@
+"""The W3C SCXML algorithm (Appendix D), ported function for function.
+
+=================================  ============================================
+This module                        Appendix D
+=================================  ============================================
+``Machine.start``                  ``interpret`` (up to the first wait)
+``Machine.process_external``       ``mainEventLoop``, the external-event half
+``Machine.macrostep``              ``mainEventLoop``, the internal-event loop
+``Machine.exit_interpreter``       ``exitInterpreter``
+``select_eventless_transitions``   ``selectEventlessTransitions``
+``select_transitions``             ``selectTransitions``
+``remove_conflicting_transitions`` ``removeConflictingTransitions``
+``microstep``                      ``microstep``
+``exit_states``                    ``exitStates``
+``compute_exit_set``               ``computeExitSet``
+``execute_transition_content``     ``executeTransitionContent``
+``enter_states``                   ``enterStates``
+``compute_entry_set``              ``computeEntrySet``
+``add_descendant_states_to_enter`` ``addDescendantStatesToEnter``
+``add_ancestor_states_to_enter``   ``addAncestorStatesToEnter``
+``is_in_final_state``              ``isInFinalState``
+``get_transition_domain``          ``getTransitionDomain``
+``find_lcca``                      ``findLCCA``
+``get_effective_target_states``    ``getEffectiveTargetStates``
+``get_proper_ancestors``           ``getProperAncestors``
+=================================  ============================================
+
+Deviations, with their reasons:
+
+* **No queues across calls.** The external queue belongs to the host: one drive is one
+  external event. Sends to the session itself come back as ``Send`` effects that the
+  host feeds in as later drives, in FIFO order.
+* **Round budget.** ``max_rounds`` bounds the microsteps of one drive. A chart that
+  never settles (``<transition event="e"><raise event="e"/>``...) returns the untouched
+  position and a ``BudgetExhausted`` effect instead of hanging the host.
+* **Caches.** Transition selection and microstep plans depend only on the configuration,
+  the event name and (for conditions) the datamodel; what depends on neither conditions
+  nor history values is computed once per chart and reused.
+* **Halted configuration.** ``exitInterpreter`` empties the configuration; the position
+  keeps the configuration the session halted in, because "which final state?" is what
+  every caller asks next.
+* **Document order = index order.** States are numbered in document order, so "sort by
+  document order" is ``sorted()`` and "is descendant" is an index-range check.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import Any
+
+from ..chart.model import Chart, StateNode, Transition
+from ..events import Event
+from .content import ContentMixin
+from .state import ArmedTimeout, Invocation
+
+__all__ = ["Machine", "BudgetExceeded"]
+
+
+class BudgetExceeded(Exception):
+    """Internal: the round budget ran out (the drive is abandoned)."""
+
+
+def _name_match(descriptors: tuple[str, ...], name: str) -> bool:
+    for d in descriptors:
+        if d == "*" or d == name or (name.startswith(d) and name[len(d):len(d) + 1] == "."):
+            return True
+    return False
+
+
+class Machine(ContentMixin):
+    """The mutable working state of one drive. Built from a position, turned back into one."""
+
+    def __init__(self, chart: Chart, ctx: Any, *, config: set[int], history: dict[int, tuple[int, ...]],
+                 session_id: str, macrostep: int, send_counter: int, ordinal: int, invoke_counter: int,
+                 invocations: list[Invocation], initialized: set[int], parent: str | None,
+                 timeouts: dict[tuple[int, str], ArmedTimeout], routes: Any, max_rounds: int,
+                 caller_context: Any, now_hint: Any = None) -> None:
+        self.chart = chart
+        self.states: tuple[StateNode, ...] = chart.states
+        self.ctx = ctx
+        self.config = config
+        self.history = history
+        self.session_id = session_id
+        self.macrostep_no = macrostep
+        self.send_counter = send_counter
+        self.ordinal = ordinal
+        self.invoke_counter = invoke_counter
+        self.invocations = invocations
+        self.initialized = initialized
+        self.parent = parent
+        self.timeouts = timeouts
+        self.routes = routes
+        self.max_rounds = max_rounds
+        self.caller_context = caller_context
+        self.internal: deque[Event] = deque()
+        self.effects: list[Any] = []
+        self.states_to_invoke: set[int] = set()
+        self.running = True
+        self.microstep_no = 0
+        self.round_no = 0
+        self.final_config: tuple[int, ...] | None = None
+        self.cache: dict[str, dict[Any, Any]] = chart._caches.setdefault("algo", {
+            "select": {}, "conflict": {}, "plan": {}, "eventless": {}})
+        self.late = chart.binding == "late"
+        self.ordinal_at_microstep = ordinal
+        self.current_event: str | None = None
+        self.ioprocessors: Any = None
+        self.start_data: dict[str, Any] | None = None
+
+    # ------------------------------------------------------------------ main loop
+    def start(self) -> None:
+        """``interpret``: initialise data, run the global script, take the initial transition."""
+        root = self.states[0]
+        if not self.late:
+            for s in self.states:
+                self.initialize_data(s)
+        else:
+            for s in self.states:
+                for d in s.data:
+                    self.declare_unbound(d.id)
+            self.initialize_data(root)
+            self.initialized.add(0)
+        if self.chart.script:
+            self.execute_content(self.chart.script, 0)
+        assert root.initial is not None
+        self.enter_states([root.initial])
+        self.macrostep()
+
+    def process_external(self, event: Event) -> None:
+        """``mainEventLoop`` from the dequeue of an external event to the end of its macrostep."""
+        self.ctx.set_event(event)
+        self.current_event = event.name
+        if event.invokeid:
+            active = [inv for inv in self.invocations if inv.invokeid == event.invokeid]
+            if not active:
+                return  # events from a cancelled child are ignored (spec §6.4)
+            for inv in active:
+                spec = self.states[inv.state].invokes[inv.index]
+                if spec.finalize:
+                    self.execute_content(spec.finalize, inv.state)
+        for inv in self.invocations:
+            if inv.autoforward and not (event.invokeid and event.invokeid == inv.invokeid):
+                self.emit_autoforward(inv, event)
+        enabled = self.select_transitions(event)
+        if enabled:
+            self.microstep(enabled)
+        self.macrostep()
+
+    def macrostep(self) -> None:
+        """The internal half of ``mainEventLoop``: run until stable, then start invocations."""
+        while self.running:
+            while self.running:
+                enabled = self.select_eventless_transitions()
+                if not enabled:
+                    if not self.internal:
+                        break
+                    ev = self.internal.popleft()
+                    self.ctx.set_event(ev)
+                    self.current_event = ev.name
+                    enabled = self.select_transitions(ev)
+                if enabled:
+                    self.microstep(enabled)
+            if not self.running:
+                break
+            if self.states_to_invoke:
+                for s in sorted(self.states_to_invoke):
+                    for k, inv in enumerate(self.states[s].invokes):
+                        self.invoke(inv, k)
+                self.states_to_invoke.clear()
+            self.round_no += 1
+            if not self.internal:
+                break
+        if not self.running:
+            self.exit_interpreter()
+
+    def exit_interpreter(self) -> None:
+        """``exitInterpreter``: exit every state in exit order, report ``Done``."""
+        self.final_config = tuple(sorted(self.config))
+        for s in sorted(self.config, reverse=True):
+            node = self.states[s]
+            for block in node.onexit:
+                self.execute_content(block, s)
+            self.cancel_invokes(s)
+            self.cancel_timeouts(s)
+            self.config.discard(s)
+            if node.kind == "final" and node.parent == 0:
+                self.emit_done(node)
+
+    # ------------------------------------------------------------------ selection
+    def select_eventless_transitions(self) -> list[Transition]:
+        """``selectEventlessTransitions``."""
+        key = tuple(sorted(self.config))
+        chains = self.cache["eventless"].get(key)
+        if chains is None:
+            chains = self._chains(key, None)
+            self.cache["eventless"][key] = chains
+        if not chains:
+            return []
+        return self._pick(chains)
+
+    def select_transitions(self, event: Event) -> list[Transition]:
+        """``selectTransitions`` for an event (internal or external)."""
+        key = (tuple(sorted(self.config)), event.name)
+        chains = self.cache["select"].get(key)
+        if chains is None:
+            chains = self._chains(key[0], event.name)
+            self.cache["select"][key] = chains
+        if not chains:
+            return []
+        return self._pick(chains)
+
+    def _chains(self, config: tuple[int, ...], name: str | None) -> tuple[tuple[Transition, ...], ...]:
+        """Per atomic state, the candidate transitions (state then ancestors, document order)."""
+        out = []
+        states = self.states
+        for s in config:
+            node = states[s]
+            if not node.is_atomic:
+                continue
+            chain = []
+            for anc in (s, *node.ancestors):
+                for t in states[anc].transitions:
+                    if name is None:
+                        if not t.events:
+                            chain.append(t)
+                    elif t.events and _name_match(t.events, name):
+                        chain.append(t)
+                if chain and chain[-1].cond is None:
+                    break  # nothing after an unconditional match can be selected
+            if chain:
+                out.append(tuple(chain))
+        return tuple(out)
+
+    def _pick(self, chains: tuple[tuple[Transition, ...], ...]) -> list[Transition]:
+        enabled: list[Transition] = []
+        seen: set[int] = set()
+        for chain in chains:
+            for t in chain:
+                if t.cond is None or self.condition_match(t):
+                    if t.index not in seen:
+                        seen.add(t.index)
+                        enabled.append(t)
+                    break
+        if len(enabled) < 2:
+            return enabled
+        return self.remove_conflicting_transitions(enabled)
+
+    def remove_conflicting_transitions(self, enabled: list[Transition]) -> list[Transition]:
+        """``removeConflictingTransitions``: optimal enabled set, document-order priority."""
+        key = (tuple(sorted(self.config)), tuple(t.index for t in enabled))
+        cached = self.cache["conflict"].get(key)
+        if cached is not None:
+            return list(cached)
+        uses_history = [False]
+        filtered: list[Transition] = []
+        for t1 in enabled:
+            preempted = False
+            to_remove = []
+            exit1 = self.compute_exit_set([t1], uses_history)
+            for t2 in filtered:
+                if exit1 & self.compute_exit_set([t2], uses_history):
+                    if self.states[t1.source].is_descendant_of(self.states[t2.source]):
+                        to_remove.append(t2)
+                    else:
+                        preempted = True
+                        break
+            if not preempted:
+                for t3 in to_remove:
+                    filtered.remove(t3)
+                filtered.append(t1)
+        if not uses_history[0]:
+            self.cache["conflict"][key] = tuple(filtered)
+        return filtered
+
+    # ------------------------------------------------------------------ microstep
+    def microstep(self, enabled: list[Transition]) -> None:
+        """``microstep``: exit, run transition content, enter."""
+        self.microstep_no += 1
+        if self.microstep_no > self.max_rounds:
+            raise BudgetExceeded()
+        self.ordinal_at_microstep = self.ordinal
+        plan = self._plan(enabled)
+        self.exit_states(enabled, plan)
+        self.execute_transition_content(enabled)
+        self.enter_states(enabled, plan)
+        if self.timeouts:
+            self.rearm_stays(enabled)
+
+    def _plan(self, enabled: list[Transition]) -> tuple[Any, ...]:
+        key = (tuple(sorted(self.config)), tuple(t.index for t in enabled))
+        plan = self.cache["plan"].get(key)
+        if plan is not None:
+            return plan
+        uses_history = [False]
+        exit_set = self.compute_exit_set(enabled, uses_history)
+        to_enter: list[int] = []
+        default_entry: set[int] = set()
+        default_history: dict[int, Any] = {}
+        self.compute_entry_set(enabled, to_enter, default_entry, default_history, uses_history)
+        plan = (tuple(sorted(exit_set, reverse=True)), tuple(sorted(set(to_enter))),
+                frozenset(default_entry), default_history,
+                any(self.states[s].histories for s in exit_set))
+        if not uses_history[0]:
+            self.cache["plan"][key] = plan
+        return plan
+
+    def exit_states(self, enabled: list[Transition], plan: tuple[Any, ...] | None = None) -> None:
+        """``exitStates``: record history, run onexit, cancel invokes, leave the configuration."""
+        if plan is None:
+            plan = self._plan(enabled)
+        to_exit, _, _, _, records_history = plan
+        if not to_exit:
+            return
+        for s in to_exit:
+            self.states_to_invoke.discard(s)
+        states = self.states
+        if records_history:
+            for s in to_exit:
+                node = states[s]
+                for h in node.histories:
+                    hnode = states[h]
+                    if hnode.history_type == "deep":
+                        val = tuple(c for c in sorted(self.config)
+                                    if states[c].is_atomic and states[c].is_descendant_of(node))
+                    else:
+                        val = tuple(c for c in sorted(self.config) if states[c].parent == s)
+                    self.history[h] = val
+        for s in to_exit:
+            node = states[s]
+            for block in node.onexit:
+                self.execute_content(block, s)
+            if node.invokes:
+                self.cancel_invokes(s)
+            if self.timeouts:
+                self.cancel_timeouts(s)
+            self.config.discard(s)
+
+    def compute_exit_set(self, transitions: list[Transition], uses_history: list[bool]) -> set[int]:
+        """``computeExitSet``: active descendants of each transition's domain."""
+        out: set[int] = set()
+        states = self.states
+        for t in transitions:
+            if t.targets:
+                domain = self.get_transition_domain(t, uses_history)
+                if domain is None:
+                    continue
+                d = states[domain]
+                for s in self.config:
+                    if d.index < s <= d.last:
+                        out.add(s)
+        return out
+
+    def execute_transition_content(self, enabled: list[Transition]) -> None:
+        """``executeTransitionContent``."""
+        for t in enabled:
+            if t.content:
+                self.execute_content(t.content, t.source)
+
+    def enter_states(self, enabled: list[Transition], plan: tuple[Any, ...] | None = None) -> None:
+        """``enterStates``: enter in entry order, run onentry, raise ``done.state.*``."""
+        if plan is None:
+            plan = self._plan(enabled)
+        _, to_enter, default_entry, default_history, _ = plan
+        states = self.states
+        for s in to_enter:
+            node = states[s]
+            self.config.add(s)
+            self.states_to_invoke.add(s)
+            if self.late and s not in self.initialized:
+                self.initialized.add(s)
+                self.initialize_data(node)
+            for block in node.onentry:
+                self.execute_content(block, s)
+            if s in default_entry and node.initial is not None and node.initial.content:
+                self.execute_content(node.initial.content, s)
+            if s in default_history:
+                self.execute_content(default_history[s], s)
+            if node.timeouts:
+                self.arm_timeouts(node)
+            if node.kind == "final":
+                if node.parent == 0:
+                    self.running = False
+                else:
+                    parent = states[node.parent]  # type: ignore[index]
+                    self.internal.append(Event("done.state." + parent.id, self.done_data(node), "internal"))
+                    gp = parent.parent
+                    if gp is not None and states[gp].kind == "parallel":
+                        if all(self.is_in_final_state(c) for c in states[gp].children):
+                            self.internal.append(Event("done.state." + states[gp].id, None, "internal"))
+
+    def compute_entry_set(self, transitions: list[Transition], to_enter: list[int], default_entry: set[int],
+                          default_history: dict[int, Any], uses_history: list[bool]) -> None:
+        """``computeEntrySet``."""
+        for t in transitions:
+            for s in t.targets:
+                self.add_descendant_states_to_enter(s, to_enter, default_entry, default_history, uses_history)
+            ancestor = self.get_transition_domain(t, uses_history)
+            for s in self.get_effective_target_states(t, uses_history):
+                self.add_ancestor_states_to_enter(s, ancestor, to_enter, default_entry, default_history,
+                                                  uses_history)
+
+    def add_descendant_states_to_enter(self, s: int, to_enter: list[int], default_entry: set[int],
+                                       default_history: dict[int, Any], uses_history: list[bool]) -> None:
+        """``addDescendantStatesToEnter``."""
+        node = self.states[s]
+        if node.kind == "history":
+            uses_history[0] = True
+            recorded = self.history.get(s)
+            if recorded:
+                for r in recorded:
+                    self.add_descendant_states_to_enter(r, to_enter, default_entry, default_history, uses_history)
+                for r in recorded:
+                    self.add_ancestor_states_to_enter(r, node.parent, to_enter, default_entry, default_history,
+                                                      uses_history)
+            else:
+                t = node.initial
+                assert t is not None and node.parent is not None
+                if t.content:
+                    default_history[node.parent] = t.content
+                for r in t.targets:
+                    self.add_descendant_states_to_enter(r, to_enter, default_entry, default_history, uses_history)
+                for r in t.targets:
+                    self.add_ancestor_states_to_enter(r, node.parent, to_enter, default_entry, default_history,
+                                                      uses_history)
+            return
+        if s not in to_enter:
+            to_enter.append(s)
+        if node.kind == "compound":
+            default_entry.add(s)
+            assert node.initial is not None
+            for r in node.initial.targets:
+                self.add_descendant_states_to_enter(r, to_enter, default_entry, default_history, uses_history)
+            for r in node.initial.targets:
+                self.add_ancestor_states_to_enter(r, s, to_enter, default_entry, default_history, uses_history)
+        elif node.kind == "parallel":
+            for child in node.children:
+                c = self.states[child]
+                if not any(c.index <= e <= c.last for e in to_enter):
+                    self.add_descendant_states_to_enter(child, to_enter, default_entry, default_history,
+                                                        uses_history)
+
+    def add_ancestor_states_to_enter(self, s: int, ancestor: int | None, to_enter: list[int],
+                                     default_entry: set[int], default_history: dict[int, Any],
+                                     uses_history: list[bool]) -> None:
+        """``addAncestorStatesToEnter``."""
+        for anc in self.get_proper_ancestors(s, ancestor):
+            if anc not in to_enter:
+                to_enter.append(anc)
+            node = self.states[anc]
+            if node.kind == "parallel":
+                for child in node.children:
+                    c = self.states[child]
+                    if not any(c.index <= e <= c.last for e in to_enter):
+                        self.add_descendant_states_to_enter(child, to_enter, default_entry, default_history,
+                                                            uses_history)
+
+    def get_proper_ancestors(self, s: int, ancestor: int | None) -> list[int]:
+        """``getProperAncestors``: ancestors of ``s`` below ``ancestor`` (root never included)."""
+        out = []
+        for a in self.states[s].ancestors:
+            if a == ancestor or a == 0:
+                break
+            out.append(a)
+        return out
+
+    def is_in_final_state(self, s: int) -> bool:
+        """``isInFinalState``."""
+        node = self.states[s]
+        if node.kind == "compound" or node.kind == "root":
+            return any(self.states[c].kind == "final" and c in self.config for c in node.children)
+        if node.kind == "parallel":
+            return all(self.is_in_final_state(c) for c in node.children)
+        return False
+
+    def get_transition_domain(self, t: Transition, uses_history: list[bool]) -> int | None:
+        """``getTransitionDomain``."""
+        tstates = self.get_effective_target_states(t, uses_history)
+        if not tstates:
+            return None
+        if t.source == 0:
+            return 0
+        src = self.states[t.source]
+        if t.type == "internal" and src.kind == "compound" and all(src.index < s <= src.last for s in tstates):
+            return t.source
+        return self.find_lcca([t.source, *tstates])
+
+    def find_lcca(self, states: list[int]) -> int:
+        """``findLCCA``: the least common compound (or root) ancestor."""
+        head, tail = states[0], states[1:]
+        for anc in self.states[head].ancestors:
+            a = self.states[anc]
+            if a.kind in ("compound", "root") and all(a.index < s <= a.last for s in tail):
+                return anc
+        return 0
+
+    def get_effective_target_states(self, t: Transition, uses_history: list[bool]) -> list[int]:
+        """``getEffectiveTargetStates``: history states replaced by what they stand for."""
+        out: list[int] = []
+        for s in t.targets:
+            node = self.states[s]
+            if node.kind == "history":
+                uses_history[0] = True
+                recorded = self.history.get(s)
+                if recorded:
+                    for r in recorded:
+                        if r not in out:
+                            out.append(r)
+                else:
+                    assert node.initial is not None
+                    for r in self.get_effective_target_states(node.initial, uses_history):
+                        if r not in out:
+                            out.append(r)
+            elif s not in out:
+                out.append(s)
+        return out

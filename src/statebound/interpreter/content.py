@@ -1,0 +1,414 @@
+"""Executable content, data initialisation, invocations and named timeouts.
+
+These are the parts of Appendix D that the pseudo-code leaves to "executeContent",
+"initializeDataModel", "invoke", "cancelInvoke", "applyFinalize" and "returnDoneEvent".
+Everything that leaves the session becomes an effect; nothing here performs I/O.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgpack
+
+from ..chart.compiler import parse_duration, parse_instant
+from ..chart.model import (Action, Assign, CancelAction, DoneData, Foreach, If, InvokeSpec, LogAction, Param,
+                           Raise, Script, SendAction, StateNode, TimeoutSpec)
+from ..datamodel.base import check_serializable
+from ..effects import Autoforward, Cancel, CancelInvoke, Done, Invoke, Log, Send, SendDelayed
+from ..events import BASICHTTP_PROCESSOR, SCXML_PROCESSOR, Event
+from ..exceptions import EvaluationError
+from .state import ArmedTimeout, Invocation
+
+__all__ = ["ContentMixin", "SCXML_TYPES", "INVOKE_SCXML_TYPES"]
+
+#: Spellings of the SCXML event I/O processor type accepted on ``<send type>``.
+SCXML_TYPES = frozenset({SCXML_PROCESSOR, "scxml", "http://www.w3.org/TR/scxml/#SCXMLEventProcessor/"})
+#: Spellings of the SCXML invoke type accepted on ``<invoke type>``.
+INVOKE_SCXML_TYPES = frozenset({"http://www.w3.org/TR/scxml/", "http://www.w3.org/TR/scxml", "scxml",
+                                SCXML_PROCESSOR})
+_BASICHTTP_TYPES = frozenset({BASICHTTP_PROCESSOR, "basichttp"})
+
+
+def _copy(value: Any) -> Any:
+    """A private copy of a compile-time constant, so the datamodel never aliases the chart."""
+    if isinstance(value, (dict, list)):
+        return msgpack.unpackb(msgpack.packb(value, use_bin_type=True), raw=False, strict_map_key=False)
+    return value
+
+
+class ContentMixin:
+    """Executable content for :class:`~statebound.interpreter.algorithm.Machine`."""
+
+    # attributes provided by Machine (declared for type checkers)
+    chart: Any
+    states: Any
+    ctx: Any
+    config: set[int]
+    internal: Any
+    effects: list[Any]
+    running: bool
+
+    # ------------------------------------------------------------------ helpers
+    def stamp(self) -> dict[str, int]:
+        return {"macrostep": self.macrostep_no, "microstep": self.microstep_no, "round": self.round_no}  # type: ignore[attr-defined]
+
+    def raise_error(self, name: str, message: str, sendid: str | None = None) -> None:
+        """Place ``error.execution``/``error.communication`` on the internal queue."""
+        self.internal.append(Event(name, {"message": message}, "platform", sendid))
+
+    def condition_match(self, t: Any) -> bool:
+        """``conditionMatch``: a failing condition is false and raises ``error.execution``."""
+        try:
+            return self.ctx.cond(t.cond)
+        except EvaluationError as exc:
+            self.raise_error("error.execution", str(exc))
+            return False
+
+    def execute_content(self, block: tuple[Action, ...], owner: int) -> None:
+        """``executeContent``: run a block; the first error aborts the rest of the block."""
+        try:
+            for a in block:
+                self.execute_action(a, owner)
+        except EvaluationError as exc:
+            self.raise_error("error.execution", str(exc), getattr(exc, "sendid", None))
+
+    def execute_action(self, a: Action, owner: int) -> None:
+        t = type(a)
+        ctx = self.ctx
+        if t is Assign:
+            value = ctx.evaluate(a.expr) if a.expr is not None else _copy(a.value)  # type: ignore[attr-defined]
+            ctx.assign(a.location, value)  # type: ignore[attr-defined]
+        elif t is LogAction:
+            value = ctx.evaluate(a.expr) if a.expr is not None else None  # type: ignore[attr-defined]
+            self.effects.append(Log(label=a.label, value=value, **self.stamp()))  # type: ignore[attr-defined]
+        elif t is Raise:
+            self.internal.append(Event(a.event, None, "internal"))  # type: ignore[attr-defined]
+        elif t is If:
+            for cond, acts in a.branches:  # type: ignore[attr-defined]
+                if cond is None or ctx.cond(cond):
+                    for b in acts:
+                        self.execute_action(b, owner)
+                    break
+        elif t is SendAction:
+            self.send(a, owner)  # type: ignore[arg-type]
+        elif t is CancelAction:
+            self.cancel(a, owner)  # type: ignore[arg-type]
+        elif t is Foreach:
+            self.foreach(a, owner)  # type: ignore[arg-type]
+        elif t is Script:
+            ctx.execute(a.code)  # type: ignore[attr-defined]
+        else:  # pragma: no cover - the compiler only builds the types above
+            raise EvaluationError(f"unknown action {a!r}")
+
+    def foreach(self, a: Foreach, owner: int) -> None:
+        ctx = self.ctx
+        seq = ctx.evaluate(a.array)
+        if isinstance(seq, dict) or isinstance(seq, (str, bytes)) or not hasattr(seq, "__iter__"):
+            raise EvaluationError(f"<foreach array={a.array.src!r}> is not an array")
+        items = list(seq)  # iterate a shallow copy: the body may change the array
+        for loc in (a.item, a.index):
+            if loc is not None and not ctx.valid_location(loc):
+                raise EvaluationError(f"<foreach> {loc.src!r} is not a valid variable name")
+        for loc in (a.item, a.index):
+            if loc is not None and not ctx.is_declared(loc):
+                ctx.declare(loc.src.strip(), None)
+        for i, v in enumerate(items):
+            ctx.assign(a.item, v)
+            if a.index is not None:
+                ctx.assign(a.index, i)
+            for b in a.actions:
+                self.execute_action(b, owner)
+
+    # ------------------------------------------------------------------ data
+    def declare_unbound(self, name: str) -> None:
+        try:
+            self.ctx.declare(name, None)
+        except EvaluationError:
+            pass
+
+    def initialize_data(self, node: StateNode) -> None:
+        """``initializeDataModel`` for one state's ``<data>`` (start data overrides declarations)."""
+        overrides = getattr(self, "start_data", None) or {}
+        for d in node.data:
+            try:
+                if d.id in overrides:
+                    value = overrides[d.id]
+                elif d.expr is not None:
+                    value = self.ctx.evaluate(d.expr)
+                elif d.has_value:
+                    if isinstance(d.value, tuple) and d.value and d.value[0] == "error":
+                        raise EvaluationError(d.value[1])
+                    value = _copy(d.value)
+                else:
+                    value = None
+                check_serializable(value, f"<data id={d.id!r}>")
+                self.ctx.declare(d.id, value)
+            except EvaluationError as exc:
+                self.declare_unbound(d.id)
+                self.raise_error("error.execution", str(exc))
+
+    # ------------------------------------------------------------------ send / cancel
+    def _params(self, namelist: tuple[Any, ...], params: tuple[Param, ...]) -> dict[str, Any]:
+        ctx = self.ctx
+        out: dict[str, Any] = {}
+        for loc in namelist:
+            out[loc.src.strip()] = ctx.evaluate(loc)
+        for p in params:
+            if p.expr is not None:
+                out[p.name] = ctx.evaluate(p.expr)
+            elif p.location is not None:
+                out[p.name] = ctx.evaluate(p.location)
+        return out
+
+    def _content(self, content: Any) -> Any:
+        if content is None:
+            return None
+        if content[0] == "expr":
+            return self.ctx.evaluate(content[1])
+        return _copy(content[1])
+
+    def send(self, a: SendAction, owner: int) -> None:
+        """``<send>``: evaluate everything, then emit ``Send``/``SendDelayed`` or enqueue."""
+        ctx = self.ctx
+        m = self  # noqa: the Machine
+        if a.id is not None:
+            send_id, from_author = a.id, True
+        else:
+            m.send_counter += 1  # type: ignore[attr-defined]
+            send_id, from_author = f"send.{m.send_counter}", False  # type: ignore[attr-defined]
+            if a.idlocation is not None:
+                ctx.assign(a.idlocation, send_id)
+        try:
+            event = a.event if a.eventexpr is None else str(ctx.evaluate(a.eventexpr))
+            target = a.target if a.targetexpr is None else ctx.evaluate(a.targetexpr)
+            typ = a.type if a.typeexpr is None else ctx.evaluate(a.typeexpr)
+            if a.delayexpr is not None:
+                dv = ctx.evaluate(a.delayexpr)
+                delay = int(dv) if isinstance(dv, (int, float)) and not isinstance(dv, bool) else \
+                    parse_duration(str(dv))
+                if delay is None:
+                    raise EvaluationError(f"delayexpr gave {dv!r}, not a duration like '5s'")
+            else:
+                delay = parse_duration(a.delay) if a.delay else 0
+            if a.content is not None:
+                data = self._content(a.content)
+            elif a.namelist or a.params:
+                data = self._params(a.namelist, a.params)
+            else:
+                data = None
+            check_serializable(data, "send data")
+        except EvaluationError as exc:
+            exc.sendid = send_id  # type: ignore[attr-defined]
+            raise
+        if target is not None and not isinstance(target, str):
+            raise _with_id(EvaluationError(f"<send> target {target!r} is not a string"), send_id)
+        typ = SCXML_PROCESSOR if typ in (None, "") else str(typ)
+        iop = getattr(self, "ioprocessors", None) or {}
+        if typ in _BASICHTTP_TYPES and (BASICHTTP_PROCESSOR in iop or "basichttp" in iop):
+            typ = BASICHTTP_PROCESSOR
+        elif typ not in SCXML_TYPES:
+            raise _with_id(EvaluationError(f"<send type={typ!r}> is not a supported event I/O processor"),
+                           send_id)
+        else:
+            typ = SCXML_PROCESSOR
+        stamp = self.stamp()
+        origin = f"#_scxml_{m.session_id}"  # type: ignore[attr-defined]
+        name = event or ""
+        if typ == SCXML_PROCESSOR:
+            if target == "#_internal":
+                self.internal.append(Event(name, data, "external", send_id if from_author else None,
+                                           origin, SCXML_PROCESSOR))
+                return
+            if target == f"#_scxml_{m.session_id}":  # type: ignore[attr-defined]
+                target = None
+            if target is not None:
+                reachable = self._reachable(target)
+                if reachable is None:
+                    raise _with_id(EvaluationError(f"<send target={target!r}> is not a valid SCXML target"),
+                                   send_id)
+                if not reachable:
+                    self.raise_error("error.communication", f"target {target!r} is unreachable", send_id)
+                    return
+        if delay and delay > 0:
+            m.ordinal += 1  # type: ignore[attr-defined]
+            self.effects.append(SendDelayed(
+                event=name, target=target, type=typ, data=data, send_id=send_id, delay_ms=delay, c_index=a.c_index,
+                owner=owner, ordinal=m.ordinal, id_from_author=from_author, origin=origin,  # type: ignore[attr-defined]
+                caller_context=m.caller_context, **stamp))  # type: ignore[attr-defined]
+        else:
+            self.effects.append(Send(event=name, target=target, type=typ, data=data, send_id=send_id,
+                                     c_index=a.c_index, owner=owner, origin=origin,
+                                     caller_context=m.caller_context, **stamp))  # type: ignore[attr-defined]
+
+    def _reachable(self, target: str) -> bool | None:
+        """True/False for a syntactically valid SCXML target, ``None`` for an invalid one."""
+        m = self
+        if target == "#_parent":
+            return m.parent is not None  # type: ignore[attr-defined]
+        if target.startswith("#_scxml_"):
+            routes = m.routes  # type: ignore[attr-defined]
+            return True if routes is None else bool(routes(target[8:]))
+        if target.startswith("#_"):
+            inv = target[2:]
+            return any(i.invokeid == inv for i in m.invocations)  # type: ignore[attr-defined]
+        return None
+
+    def cancel(self, a: CancelAction, owner: int) -> None:
+        """``<cancel>``: a ``Cancel`` effect (the host deletes matching rows; no match is fine)."""
+        send_id = a.sendid if a.sendidexpr is None else self.ctx.evaluate(a.sendidexpr)
+        m = self
+        m.ordinal += 1  # type: ignore[attr-defined]
+        self.effects.append(Cancel(send_id=str(send_id), c_index=a.c_index, owner=owner,
+                                   ordinal=m.ordinal, caller_context=m.caller_context,  # type: ignore[attr-defined]
+                                   **self.stamp()))
+
+    # ------------------------------------------------------------------ invoke
+    def invoke(self, spec: InvokeSpec, k: int) -> None:
+        """``invoke``: evaluate the ``<invoke>`` and emit an ``Invoke`` effect."""
+        m = self
+        ctx = self.ctx
+        node = self.states[spec.state]
+        if spec.id is not None:
+            invokeid = spec.id
+        else:
+            m.invoke_counter += 1  # type: ignore[attr-defined]
+            invokeid = f"{node.id}.inv{m.invoke_counter}"  # type: ignore[attr-defined]
+        try:
+            if spec.idlocation is not None:
+                ctx.assign(spec.idlocation, invokeid)
+            typ = spec.type if spec.typeexpr is None else ctx.evaluate(spec.typeexpr)
+            if typ not in (None, "") and typ not in INVOKE_SCXML_TYPES:
+                raise EvaluationError(f"<invoke type={typ!r}> is not supported (only SCXML)")
+            src = spec.src if spec.srcexpr is None else str(ctx.evaluate(spec.srcexpr))
+            data = self._params(spec.namelist, spec.params)
+            content = self._content(spec.content) if spec.content is not None else None
+            check_serializable(data, "invoke data")
+        except EvaluationError as exc:
+            self.raise_error("error.execution", str(exc))
+            return
+        if content is not None and not isinstance(content, str):
+            self.raise_error("error.execution", "<invoke> content must be an SCXML document")
+            return
+        m.invocations.append(Invocation(invokeid, spec.state, k, spec.autoforward))  # type: ignore[attr-defined]
+        self.effects.append(Invoke(invokeid=invokeid, type="http://www.w3.org/TR/scxml/", chart=spec.chart,
+                                   src=None if spec.chart is not None else src, content=content, data=data,
+                                   autoforward=spec.autoforward, state=node.id, c_index=spec.c_index,
+                                   **self.stamp()))
+
+    def cancel_invokes(self, s: int) -> None:
+        """``cancelInvoke`` for every active invocation owned by state ``s``."""
+        m = self
+        keep = []
+        for inv in m.invocations:  # type: ignore[attr-defined]
+            if inv.state == s:
+                self.effects.append(CancelInvoke(invokeid=inv.invokeid, **self.stamp()))
+            else:
+                keep.append(inv)
+        m.invocations[:] = keep  # type: ignore[attr-defined]
+
+    def emit_autoforward(self, inv: Invocation, event: Event) -> None:
+        self.effects.append(Autoforward(invokeid=inv.invokeid, event=event, **self.stamp()))
+
+    # ------------------------------------------------------------------ done
+    def done_data(self, node: StateNode) -> Any:
+        """Evaluate a final state's ``<donedata>``; errors raise ``error.execution`` and give ``None``."""
+        dd: DoneData | None = node.donedata
+        if dd is None:
+            return None
+        try:
+            if dd.content is not None:
+                return self._content(dd.content)
+            return self._params((), dd.params)
+        except EvaluationError as exc:
+            self.raise_error("error.execution", str(exc))
+            return None
+
+    def emit_done(self, node: StateNode) -> None:
+        """``returnDoneEvent``: the session reached a top-level final state."""
+        self.effects.append(Done(donedata=self.done_data(node), **self.stamp()))
+
+    # ------------------------------------------------------------------ named timeouts
+    def _deadline(self, spec: TimeoutSpec) -> tuple[int | None, int | None]:
+        """``(delay_ms, at_ms)`` for a timeout spec; raises ``EvaluationError``."""
+        if spec.kind == "after":
+            return spec.duration_ms, None
+        if spec.kind == "at":
+            return None, spec.at_ms
+        v = self.ctx.evaluate(spec.expr)
+        if spec.kind == "afterexpr":
+            ms = int(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else parse_duration(str(v))
+            if ms is None:
+                raise EvaluationError(f"<sb:timeout afterexpr> gave {v!r}, not a duration")
+            return ms, None
+        at = int(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else \
+            (parse_instant(v) if isinstance(v, str) else None)
+        if at is None:
+            raise EvaluationError(f"<sb:timeout atexpr> gave {v!r}, not epoch ms or an ISO-8601 instant")
+        return None, at
+
+    def arm_timeout(self, spec: TimeoutSpec, delay: int | None, at: int | None) -> None:
+        m = self
+        data = None
+        if spec.data is not None:
+            data = self.ctx.evaluate(spec.data)
+        elif spec.namelist:
+            data = self._params(spec.namelist, ())
+        node = self.states[spec.state]
+        send_id = f"sb.timeout.{node.id}.{spec.name}"
+        m.ordinal += 1  # type: ignore[attr-defined]
+        self.effects.append(SendDelayed(
+            event=spec.event, target=None, type=SCXML_PROCESSOR, data=data, send_id=send_id, delay_ms=delay,
+            at_ms=at, c_index=spec.c_index, owner=spec.state, ordinal=m.ordinal,  # type: ignore[attr-defined]
+            id_from_author=False, origin=f"#_scxml_{m.session_id}", name=spec.name,  # type: ignore[attr-defined]
+            caller_context=m.caller_context, **self.stamp()))  # type: ignore[attr-defined]
+        m.timeouts[(spec.state, spec.name)] = ArmedTimeout(spec.state, spec.name, m.ordinal,  # type: ignore[attr-defined]
+                                                           send_id, at)
+
+    def arm_timeouts(self, node: StateNode) -> None:
+        """Entering a state arms every timeout it declares."""
+        for spec in node.timeouts:
+            try:
+                delay, at = self._deadline(spec)
+                self.arm_timeout(spec, delay, at)
+            except EvaluationError as exc:
+                self.raise_error("error.execution", str(exc))
+
+    def cancel_timeouts(self, s: int) -> None:
+        """Exiting a state cancels every name it declared."""
+        m = self
+        for key in [k for k in m.timeouts if k[0] == s]:  # type: ignore[attr-defined]
+            armed = m.timeouts.pop(key)  # type: ignore[attr-defined]
+            m.ordinal += 1  # type: ignore[attr-defined]
+            self.effects.append(Cancel(send_id=armed.send_id, c_index=None, owner=s, ordinal=m.ordinal,  # type: ignore[attr-defined]
+                                       caller_context=m.caller_context, **self.stamp()))  # type: ignore[attr-defined]
+
+    def rearm_stays(self, enabled: list[Any]) -> None:
+        """A stay re-arms the timer whose event triggered it, and an ``atexpr`` that moved."""
+        m = self
+        trigger = m.current_event  # type: ignore[attr-defined]
+        for (s, name), armed in list(m.timeouts.items()):  # type: ignore[attr-defined]
+            if s not in self.config or armed.ordinal > m.ordinal_at_microstep:  # type: ignore[attr-defined]
+                continue  # exited, or armed by this very microstep
+            spec = next(t for t in self.states[s].timeouts if t.name == name)
+            try:
+                if trigger is not None and trigger == spec.event and any(t.events for t in enabled):
+                    delay, at = self._deadline(spec)
+                elif spec.kind == "atexpr":
+                    delay, at = self._deadline(spec)
+                    if at == armed.at_ms:
+                        continue
+                else:
+                    continue
+            except EvaluationError as exc:
+                self.raise_error("error.execution", str(exc))
+                continue
+            m.ordinal += 1  # type: ignore[attr-defined]
+            self.effects.append(Cancel(send_id=armed.send_id, c_index=None, owner=s, ordinal=m.ordinal,  # type: ignore[attr-defined]
+                                       caller_context=m.caller_context, **self.stamp()))  # type: ignore[attr-defined]
+            self.arm_timeout(spec, delay, at)
+
+
+def _with_id(exc: EvaluationError, send_id: str) -> EvaluationError:
+    exc.sendid = send_id  # type: ignore[attr-defined]
+    return exc

@@ -1,0 +1,146 @@
+"""The public :class:`Interpreter`: ``start`` and ``drive``, nothing else.
+
+``drive(position, event) -> (position, effects)`` is a pure function of its inputs: no
+clock, no I/O, no randomness. Ids are counters kept in the position, so the same inputs
+always give an equal position and equal effects.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from ..chart.model import Chart
+from ..datamodel.base import datamodel_for, pack_vars
+from ..effects import BudgetExhausted, Effect
+from ..events import SCXML_PROCESSOR, Event
+from ..exceptions import ChartIdentityMismatch, NotRunning
+from .algorithm import BudgetExceeded, Machine
+from .state import DONE, RUNNING, Position
+
+__all__ = ["Interpreter"]
+
+
+def _as_event(event: Event | str) -> Event:
+    if isinstance(event, Event):
+        return event
+    if isinstance(event, str):
+        if not event:
+            raise ValueError("an event needs a non-empty name")
+        return Event(event)
+    raise TypeError(f"drive() takes an Event or an event name, not {type(event).__name__}")
+
+
+class Interpreter:
+    """Runs one chart. Holds no session state: positions are passed in and returned.
+
+    :param chart: the compiled chart.
+    :param max_rounds: microstep budget per drive; when exhausted the drive returns the
+        unchanged position and one :class:`~statebound.effects.BudgetExhausted`.
+    """
+
+    def __init__(self, chart: Chart, *, max_rounds: int = 10_000) -> None:
+        if not isinstance(chart, Chart):
+            raise TypeError(f"Interpreter needs a Chart, not {type(chart).__name__}")
+        if max_rounds < 1:
+            raise ValueError("max_rounds must be at least 1")
+        self.chart = chart
+        self.max_rounds = max_rounds
+        self._dm = datamodel_for(chart)
+        self._by_id = chart._by_id
+
+    # ------------------------------------------------------------------ verbs
+    def start(self, session_id: str = "session", data: Mapping[str, Any] | None = None, *,
+              parent: str | None = None, invokeid: str | None = None, routes: Any = None,
+              ioprocessors: Mapping[str, Any] | None = None,
+              caller_context: Any = None) -> tuple[Position, tuple[Effect, ...]]:
+        """Start a session: initialise the datamodel, enter the initial configuration.
+
+        :param session_id: the ``_sessionid`` (hosts use the instance id).
+        :param data: initial values; each key overrides the ``<data>`` of the same id, and
+            keys the chart does not declare become variables too.
+        :param parent: the parent's session id, for an invoked child.
+        :param invokeid: the id this child runs under in its parent.
+        :return: the first position and the effects of the initial macrostep.
+        """
+        seed = Position(self.chart, session_id, RUNNING, (), parent=parent, invokeid=invokeid,
+                        routes=routes, ioprocessors=ioprocessors)
+        m = self._machine(seed, {}, caller_context, macrostep=0)
+        m.start_data = dict(data) if data else None
+        try:
+            m.start()
+        except BudgetExceeded:
+            raise RuntimeError(f"chart {self.chart.name!r} did not settle within {self.max_rounds} "
+                               "microsteps while starting") from None
+        if data:
+            for k, v in data.items():
+                if k not in m.ctx.variables():
+                    m.ctx.declare(k, v)
+        return self._finish(seed, m)
+
+    def drive(self, position: Position, event: Event | str, *,
+              caller_context: Any = None) -> tuple[Position, tuple[Effect, ...]]:
+        """Process one external event: one macrostep of the W3C algorithm.
+
+        :param position: the current position (never modified).
+        :param event: an :class:`~statebound.Event` or a bare event name.
+        :param caller_context: an opaque host value copied onto the effects it causes.
+        :return: ``(new_position, effects)``.
+        :raises NotRunning: if the position has halted.
+        """
+        if position.status != RUNNING:
+            raise NotRunning(f"session {position.session_id!r} is {position.status}; it cannot be driven",
+                             position.status)
+        chart = position.chart
+        if chart is not self.chart and chart.identity != self.chart.identity:
+            raise ChartIdentityMismatch((self.chart.identity, self.chart.name, self.chart.version),
+                                        (chart.identity, chart.name, chart.version))
+        ev = _as_event(event)
+        m = self._machine(position, None, caller_context, macrostep=position.macrostep + 1)
+        try:
+            m.process_external(ev)
+        except BudgetExceeded:
+            return position, (BudgetExhausted(rounds=self.max_rounds, event=ev.name,
+                                              macrostep=position.macrostep + 1, microstep=m.microstep_no,
+                                              round=m.round_no),)
+        return self._finish(position, m)
+
+    # ------------------------------------------------------------------ plumbing
+    def _ioprocessors(self, pos: Position) -> dict[str, Any]:
+        loc = {"location": f"#_scxml_{pos.session_id}"}
+        iop: dict[str, Any] = {SCXML_PROCESSOR: loc, "scxml": loc}
+        if pos.ioprocessors:
+            iop.update(pos.ioprocessors)
+        return iop
+
+    def _machine(self, pos: Position, variables: dict[str, Any] | None, caller_context: Any,
+                 macrostep: int) -> Machine:
+        from ..datamodel.base import unpack_vars
+        config = set(pos.states)
+        by_id = self._by_id
+
+        def in_state(state_id: str) -> bool:
+            i = by_id.get(state_id)
+            return i is not None and i in config
+
+        ctx = self._dm.open(unpack_vars(pos.data) if variables is None else variables, pos.session_id,
+                            self.chart.name, self._ioprocessors(pos), in_state)
+        m = Machine(self.chart, ctx, config=config, history=dict(pos.history), session_id=pos.session_id,
+                    macrostep=macrostep, send_counter=pos.send_counter, ordinal=pos.ordinal,
+                    invoke_counter=pos.invoke_counter, invocations=list(pos.invocations),
+                    initialized=set(pos.initialized), parent=pos.parent,
+                    timeouts={(t.state, t.name): t for t in pos.timeouts}, routes=pos.routes,
+                    max_rounds=self.max_rounds, caller_context=caller_context)
+        m.ioprocessors = pos.ioprocessors
+        return m
+
+    def _finish(self, pos: Position, m: Machine) -> tuple[Position, tuple[Effect, ...]]:
+        halted = not m.running
+        new = Position(
+            self.chart, pos.session_id, DONE if halted else RUNNING,
+            m.final_config if halted and m.final_config is not None else tuple(sorted(m.config)),
+            tuple(sorted(m.history.items())), pack_vars(m.ctx.variables()), m.macrostep_no, m.send_counter,
+            m.ordinal, m.invoke_counter, tuple(m.invocations), tuple(sorted(m.initialized)), pos.parent,
+            pos.invokeid, tuple(sorted(m.timeouts.values(), key=lambda t: (t.state, t.name))),
+            pos.routes, pos.ioprocessors, pos.callbacks)
+        return new, tuple(m.effects)

@@ -1,0 +1,173 @@
+"""The :class:`Position`: everything a chart session is, between two drives.
+
+A position is an immutable value. The interpreter never changes one; ``drive`` returns a
+new one. It holds indices into the chart rather than names, so it stays small; the
+chart itself is referenced but never stored (see ``docs/persistence.md``).
+
+The blob codec (``to_bytes``/``from_bytes``/``export``/``import_``) lives one layer up,
+in :mod:`statebound.position`, which registers itself here. That keeps imports flowing
+one way (interpreter -> position) while the methods stay where users look for them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any, ClassVar
+
+from ..chart.model import Chart
+from ..datamodel.base import unpack_vars
+
+__all__ = ["Position", "Invocation", "ArmedTimeout", "RUNNING", "DONE", "CANCELLED"]
+
+RUNNING = "running"
+DONE = "done"
+CANCELLED = "cancelled"
+
+
+@dataclass(frozen=True, slots=True)
+class Invocation:
+    """An active ``<invoke>``: its id, the state that owns it and which of its invokes it is."""
+
+    invokeid: str
+    state: int
+    index: int
+    autoforward: bool
+
+
+@dataclass(frozen=True, slots=True)
+class ArmedTimeout:
+    """A named timeout that is armed: the generation (``ordinal``) of its current row.
+
+    :ivar at_ms: the absolute deadline for ``at``/``atexpr`` timeouts, so a stay can tell
+        whether an ``atexpr`` moved.
+    """
+
+    state: int
+    name: str
+    ordinal: int
+    send_id: str
+    at_ms: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Position:
+    """A chart session at rest. Create one with :meth:`Interpreter.start`.
+
+    :ivar session_id: the ``_sessionid`` (the host uses the instance id).
+    :ivar status: ``"running"``, ``"done"`` or ``"cancelled"``.
+    :ivar states: active state indices in document order. A halted position keeps the
+        configuration it halted in.
+    :ivar history: ``((history state index, recorded state indices), ...)``.
+    :ivar data: the datamodel variables, msgpack-encoded (see :attr:`datamodel`).
+    :ivar macrostep: how many external events (drives) this session has processed.
+    :ivar send_counter: generated send-id counter.
+    :ivar ordinal: timer ordinal counter (advances on every ``SendDelayed`` and ``Cancel``).
+    :ivar invoke_counter: generated invoke-id counter.
+    :ivar invocations: the active invocations.
+    :ivar initialized: states whose ``<data>`` was initialised (late binding).
+    :ivar parent: the parent's session id, for an invoked child.
+    :ivar invokeid: the invoke id this session runs under in its parent.
+    :ivar timeouts: the armed named timeouts (their current generation).
+
+    Per-driver fields (not persisted; ``None`` after ``from_bytes``; the host re-stamps):
+
+    :ivar routes: a callable ``session_id -> bool`` telling whether ``#_scxml_<id>`` is reachable.
+    :ivar ioprocessors: extra ``_ioprocessors`` entries the driver offers.
+    :ivar callbacks: opaque host hooks.
+    """
+
+    chart: Chart = field(compare=False, repr=False)
+    session_id: str
+    status: str
+    states: tuple[int, ...]
+    history: tuple[tuple[int, tuple[int, ...]], ...] = ()
+    data: bytes = b""
+    macrostep: int = 0
+    send_counter: int = 0
+    ordinal: int = 0
+    invoke_counter: int = 0
+    invocations: tuple[Invocation, ...] = ()
+    initialized: tuple[int, ...] = ()
+    parent: str | None = None
+    invokeid: str | None = None
+    timeouts: tuple[ArmedTimeout, ...] = ()
+    routes: Any = field(default=None, compare=False, repr=False)
+    ioprocessors: Any = field(default=None, compare=False, repr=False)
+    callbacks: Any = field(default=None, compare=False, repr=False)
+
+    #: names of the per-driver fields, re-stamped by the host after a load
+    PER_DRIVER_FIELDS: ClassVar[tuple[str, ...]] = ("routes", "ioprocessors", "callbacks")
+    _codec: ClassVar[Any] = None
+
+    # -- reading -----------------------------------------------------------------
+    @property
+    def configuration(self) -> frozenset[str]:
+        """The active state ids, ancestors included."""
+        st = self.chart.states
+        return frozenset(st[i].id for i in self.states)
+
+    @property
+    def datamodel(self) -> Mapping[str, Any]:
+        """A read-only mapping of the datamodel variables (a fresh decode each call)."""
+        return MappingProxyType(unpack_vars(self.data))
+
+    @property
+    def running(self) -> bool:
+        """True while the session can still be driven."""
+        return self.status == RUNNING
+
+    def is_active(self, state_id: str) -> bool:
+        """True if ``state_id`` is in the configuration."""
+        return self.chart.has_state(state_id) and self.chart.index_of(state_id) in self.states
+
+    def restamp(self, *, routes: Any = None, ioprocessors: Any = None, callbacks: Any = None) -> "Position":
+        """Return a copy with the per-driver fields set (what a host does after a load)."""
+        return _replace(self, routes=routes, ioprocessors=ioprocessors, callbacks=callbacks)
+
+    # -- the blob codec (installed by statebound.position) ----------------------------
+    def to_bytes(self, codec: str = "msgpack") -> bytes:
+        """Encode as a version-stamped, identity-checked blob (``codec``: msgpack or cbor)."""
+        return _codec().to_bytes(self, codec)
+
+    @classmethod
+    def from_bytes(cls, blob: bytes, chart: Chart) -> "Position":
+        """Decode a blob written by :meth:`to_bytes`, checking format version and chart identity.
+
+        :raises PositionError: ``NotAPosition``, ``UnsupportedFormatVersion``,
+            ``ChartIdentityMismatch`` or ``CorruptPosition`` -- never anything else.
+        """
+        return _codec().from_bytes(blob, chart)
+
+    def export(self) -> dict[str, Any]:
+        """A plain dict keyed by state *ids*, for moving a position onto a revised chart."""
+        return _codec().export(self)
+
+    @classmethod
+    def import_(cls, data: Mapping[str, Any], chart: Chart) -> "Position":
+        """Build a position on ``chart`` from :meth:`export` output, checking it is legal there."""
+        return _codec().import_(data, chart)
+
+    def __repr__(self) -> str:
+        conf = ",".join(sorted(self.configuration))
+        return (f"Position(session_id={self.session_id!r}, status={self.status!r}, "
+                f"configuration={{{conf}}}, macrostep={self.macrostep})")
+
+
+def _replace(pos: Position, **changes: Any) -> Position:
+    from dataclasses import replace
+    return replace(pos, **changes)
+
+
+def _codec() -> Any:
+    codec = Position._codec
+    if codec is None:  # only when statebound.position was never imported
+        import importlib
+        codec = importlib.import_module("statebound.position")
+    return codec
+
+
+def register_codec(codec: Any) -> None:
+    """Called by :mod:`statebound.position` to provide the blob methods."""
+    Position._codec = codec
