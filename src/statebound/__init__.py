@@ -10,10 +10,10 @@ from .chart import Chart
 from .events import Event
 from .exceptions import *  # noqa: F401,F403  (the error tree is part of the facade)
 from .exceptions import __all__ as _errors
-from .host import ManualClock, MemoryStore, SystemClock
+from .host import Host, ManualClock, MemoryStore, Sweeper, SystemClock
 from .interpreter import Interpreter, Position
 
 __version__ = "0.1.0"
 
-__all__ = ["Chart", "Interpreter", "Position", "Event", "effects", "ManualClock", "SystemClock",
-           "MemoryStore", *_errors]
+__all__ = ["Chart", "Interpreter", "Position", "Event", "effects", "Host", "Sweeper", "ManualClock",
+           "SystemClock", "MemoryStore", *_errors]

@@ -52,6 +52,8 @@ class Send(_Stamp):
     :ivar owner: document index of the state (or transition) whose content ran it.
     :ivar origin: the sender's ``#_scxml_<sessionid>`` URI.
     :ivar caller_context: opaque host value copied from the triggering event, never read.
+    :ivar id_from_author: whether ``send_id`` was written by the author (only then does the
+        receiver see it as ``_event.sendid``).
     """
 
     event: str
@@ -63,6 +65,7 @@ class Send(_Stamp):
     owner: int
     origin: str | None = None
     caller_context: Any = None
+    id_from_author: bool = False
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -30,7 +30,7 @@ _STATE_TAGS = ("state", "parallel", "final", "history")
 _EXEC_TAGS = ("raise", "send", "cancel", "assign", "log", "if", "elseif", "else", "foreach", "script")
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*(ms|s|m|min|h|d)\s*$")
 _UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "min": 60_000, "h": 3_600_000, "d": 86_400_000}
-_EVENT_TOKEN = re.compile(r"^(\*|[^\s*.]+(\.[^\s*.]+)*(\.\*|\.)?)$")
+_EVENT_TOKEN = re.compile(r"^(\.?\*|[^\s*.]+(\.[^\s*.]+)*(\.\*|\.)?)$")
 _ID = re.compile(r"^[A-Za-z_][\w.\-:]*$")
 
 
@@ -598,6 +598,8 @@ class _Compiler:
 
 
 def _norm_descriptor(tok: str) -> str:
+    if tok == ".*":  # the W3C suite writes the wildcard this way too
+        return "*"
     if tok.endswith(".*"):
         return tok[:-2]
     if tok.endswith(".") and tok != ".":

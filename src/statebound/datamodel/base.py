@@ -51,11 +51,26 @@ class EventView:
         d = event.data
         self.data = AttrDict(d) if type(d) is dict else d
 
+    def as_dict(self) -> dict[str, Any]:
+        """The fields as a plain dict (how an ``_event`` stored in a variable persists)."""
+        return {k: getattr(self, k) for k in self.__slots__}
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, EventView):
+            return self.as_dict() == other.as_dict()
+        if isinstance(other, dict):
+            return self.as_dict() == other
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
     def __repr__(self) -> str:
         return f"_event(name={self.name!r}, data={self.data!r})"
 
 
 def _default(obj: Any) -> Any:
+    if isinstance(obj, EventView):  # `<assign expr="_event">` stores the event's fields
+        return obj.as_dict()
     if isinstance(obj, (set, frozenset)):
         raise TypeError("sets are not serializable; use a list")
     raise TypeError(f"{type(obj).__name__} is not serializable")

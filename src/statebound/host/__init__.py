@@ -1,8 +1,11 @@
 """Hosts, stores and clocks: where positions and timers are kept between drives."""
 
 from .clock import Clock, ManualClock, SystemClock
+from .host import FireResult, Host, child_instance_id
 from .memory import MemoryStore
 from .store import Commit, PositionRecord, PositionWrite, Store, TimerCompletion, TimerRef, TimerRow
+from .sweeper import SweepReport, Sweeper, SweeperMetrics
 
-__all__ = ["Clock", "ManualClock", "SystemClock", "MemoryStore", "Store", "Commit",
-           "PositionRecord", "PositionWrite", "TimerCompletion", "TimerRef", "TimerRow"]
+__all__ = ["Clock", "ManualClock", "SystemClock", "Host", "FireResult", "child_instance_id", "MemoryStore",
+           "Store", "Commit", "PositionRecord", "PositionWrite", "TimerCompletion", "TimerRef", "TimerRow",
+           "Sweeper", "SweepReport", "SweeperMetrics"]

@@ -100,7 +100,7 @@ class Machine(ContentMixin):
         self.round_no = 0
         self.final_config: tuple[int, ...] | None = None
         self.cache: dict[str, dict[Any, Any]] = chart._caches.setdefault("algo", {
-            "select": {}, "conflict": {}, "plan": {}, "eventless": {}})
+            "select": {}, "conflict": {}, "plan": {}, "entry": {}, "eventless": {}})
         self.late = chart.binding == "late"
         self.ordinal_at_microstep = ordinal
         self.current_event: str | None = None
@@ -130,16 +130,12 @@ class Machine(ContentMixin):
         """``mainEventLoop`` from the dequeue of an external event to the end of its macrostep."""
         self.ctx.set_event(event)
         self.current_event = event.name
-        if event.invokeid:
-            active = [inv for inv in self.invocations if inv.invokeid == event.invokeid]
-            if not active:
-                return  # events from a cancelled child are ignored (spec §6.4)
-            for inv in active:
+        for inv in self.invocations:
+            if event.invokeid and inv.invokeid == event.invokeid:
                 spec = self.states[inv.state].invokes[inv.index]
                 if spec.finalize:
                     self.execute_content(spec.finalize, inv.state)
-        for inv in self.invocations:
-            if inv.autoforward and not (event.invokeid and event.invokeid == inv.invokeid):
+            if inv.autoforward:
                 self.emit_autoforward(inv, event)
         enabled = self.select_transitions(event)
         if enabled:
@@ -279,36 +275,46 @@ class Machine(ContentMixin):
         if self.microstep_no > self.max_rounds:
             raise BudgetExceeded()
         self.ordinal_at_microstep = self.ordinal
-        plan = self._plan(enabled)
-        self.exit_states(enabled, plan)
+        self.exit_states(enabled)
         self.execute_transition_content(enabled)
-        self.enter_states(enabled, plan)
+        self.enter_states(enabled)
         if self.timeouts:
             self.rearm_stays(enabled)
 
-    def _plan(self, enabled: list[Transition]) -> tuple[Any, ...]:
+    def _exit_plan(self, enabled: list[Transition]) -> tuple[tuple[int, ...], bool]:
+        """The exit set in exit order, and whether any exited state records history."""
         key = (tuple(sorted(self.config)), tuple(t.index for t in enabled))
         plan = self.cache["plan"].get(key)
-        if plan is not None:
-            return plan
-        uses_history = [False]
-        exit_set = self.compute_exit_set(enabled, uses_history)
-        to_enter: list[int] = []
-        default_entry: set[int] = set()
-        default_history: dict[int, Any] = {}
-        self.compute_entry_set(enabled, to_enter, default_entry, default_history, uses_history)
-        plan = (tuple(sorted(exit_set, reverse=True)), tuple(sorted(set(to_enter))),
-                frozenset(default_entry), default_history,
-                any(self.states[s].histories for s in exit_set))
-        if not uses_history[0]:
-            self.cache["plan"][key] = plan
+        if plan is None:
+            uses_history = [False]
+            exit_set = self.compute_exit_set(enabled, uses_history)
+            plan = (tuple(sorted(exit_set, reverse=True)), any(self.states[s].histories for s in exit_set))
+            if not uses_history[0]:
+                self.cache["plan"][key] = plan
         return plan
 
-    def exit_states(self, enabled: list[Transition], plan: tuple[Any, ...] | None = None) -> None:
-        """``exitStates``: record history, run onexit, cancel invokes, leave the configuration."""
+    def _entry_plan(self, enabled: list[Transition]) -> tuple[Any, ...]:
+        """The entry set in entry order, default entries and default history content.
+
+        Computed after the exit (history values recorded by the exit matter) and cached
+        only when no history state was consulted: then it depends on the transitions alone.
+        """
+        key = tuple(t.index for t in enabled)
+        plan = self.cache["entry"].get(key)
         if plan is None:
-            plan = self._plan(enabled)
-        to_exit, _, _, _, records_history = plan
+            uses_history = [False]
+            to_enter: list[int] = []
+            default_entry: set[int] = set()
+            default_history: dict[int, Any] = {}
+            self.compute_entry_set(enabled, to_enter, default_entry, default_history, uses_history)
+            plan = (tuple(sorted(set(to_enter))), frozenset(default_entry), default_history)
+            if not uses_history[0]:
+                self.cache["entry"][key] = plan
+        return plan
+
+    def exit_states(self, enabled: list[Transition]) -> None:
+        """``exitStates``: record history, run onexit, cancel invokes, leave the configuration."""
+        to_exit, records_history = self._exit_plan(enabled)
         if not to_exit:
             return
         for s in to_exit:
@@ -356,11 +362,9 @@ class Machine(ContentMixin):
             if t.content:
                 self.execute_content(t.content, t.source)
 
-    def enter_states(self, enabled: list[Transition], plan: tuple[Any, ...] | None = None) -> None:
+    def enter_states(self, enabled: list[Transition]) -> None:
         """``enterStates``: enter in entry order, run onentry, raise ``done.state.*``."""
-        if plan is None:
-            plan = self._plan(enabled)
-        _, to_enter, default_entry, default_history, _ = plan
+        to_enter, default_entry, default_history = self._entry_plan(enabled)
         states = self.states
         for s in to_enter:
             node = states[s]

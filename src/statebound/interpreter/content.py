@@ -238,7 +238,7 @@ class ContentMixin:
                 caller_context=m.caller_context, **stamp))  # type: ignore[attr-defined]
         else:
             self.effects.append(Send(event=name, target=target, type=typ, data=data, send_id=send_id,
-                                     c_index=a.c_index, owner=owner, origin=origin,
+                                     c_index=a.c_index, owner=owner, origin=origin, id_from_author=from_author,
                                      caller_context=m.caller_context, **stamp))  # type: ignore[attr-defined]
 
     def _reachable(self, target: str) -> bool | None:

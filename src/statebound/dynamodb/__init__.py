@@ -1,0 +1,17 @@
+"""statebound on DynamoDB: :class:`DynamoStore` and the sweepers' :class:`ShardLeases`.
+
+This is the only statebound package that imports boto3 (``pip install 'statebound[aws]'``);
+``import statebound`` never does, so the core runs without it.
+"""
+
+try:
+    import boto3  # noqa: F401  (fail here, with advice, rather than deep inside a call)
+except ImportError as exc:  # pragma: no cover - depends on the environment
+    raise ImportError("statebound.dynamodb needs boto3: pip install 'statebound[aws]'") from exc
+
+from ._codec import DEAD_INDEX, DUE_INDEX
+from .leases import ShardLeases
+from .store import MAX_ITEM_BYTES, MAX_TRANSACTION_ACTIONS, DynamoStore
+
+__all__ = ["DynamoStore", "ShardLeases", "DUE_INDEX", "DEAD_INDEX", "MAX_ITEM_BYTES",
+           "MAX_TRANSACTION_ACTIONS"]

@@ -1,0 +1,258 @@
+"""Item layout of the statebound table: records <-> DynamoDB attribute values, and sizes.
+
+Kept apart from ``store.py`` so the layout is readable in one place and testable
+without a client. Everything here is pure: no boto3, no I/O, no clock.
+
+One table, ``pk`` (S) + ``sk`` (S)::
+
+    pk                 sk             what
+    <instance id>      P              position: chart, version, blob, status, timers, parent
+    <instance id>      T#<ordinal>    timer row scheduled by that instance (ordinal zero-padded)
+    sweep#<shard>      C              the sweep cursor of a shard (oldest bucket to scan)
+    lease#<shard>      L              a shard lease (see leases.py)
+    lease#members      N#<node id>    a sweeper node's membership heartbeat (see leases.py)
+
+The sort keys of reserved items (``C``, ``L``, ``N#``) never start with ``P`` or ``T#``,
+so even an instance named ``lease#3`` cannot collide with them.
+
+Two sparse global secondary indexes, both projecting ALL attributes:
+
+* ``due-index``: ``gsi_pk`` = ``"<bucket>#<shard>"`` and ``gsi_due`` = the row's ready time.
+  Only pending rows carry these two attributes.
+* ``dead-index``: ``dead_pk`` = ``"dead"`` and ``dead_sk`` = ``"<instance>\\x1f<ordinal>"``.
+  Only dead rows carry them, so listing dead rows reads dead rows only.
+"""
+
+from __future__ import annotations
+
+import zlib
+from typing import Any
+
+import msgpack
+
+from ..exceptions import SerializationError, StoreError
+from ..host.store import CLAIMED, DEAD, PENDING, PositionRecord, TimerKey, TimerRef, TimerRow
+
+__all__ = [
+    "POSITION_SK", "TIMER_PREFIX", "DUE_INDEX", "DEAD_INDEX", "DEAD_PARTITION",
+    "timer_sk", "shard_of", "due_partition", "dead_sort_key", "position_item",
+    "record_from_item", "timer_item", "row_from_item", "index_attributes",
+    "item_size", "attr_size", "pack", "unpack", "S", "N", "B",
+]
+
+POSITION_SK = "P"
+TIMER_PREFIX = "T#"
+DUE_INDEX = "due-index"
+DEAD_INDEX = "dead-index"
+DEAD_PARTITION = "dead"
+#: Width of the zero-padded ordinal in a timer sort key: 20 digits hold any uint64,
+#: and a fixed width makes the string order of the sort keys the numeric order.
+ORDINAL_WIDTH = 20
+#: Separates instance id and ordinal inside strings that must sort like the key tuple;
+#: a control character sorts below every printable one, so ``("a", 9)`` < ``("a#b", 0)``.
+KEY_SEPARATOR = "\x1f"
+
+
+# --------------------------------------------------------------------------- values
+
+
+def S(value: str) -> dict[str, Any]:
+    """A string attribute value."""
+    return {"S": value}
+
+
+def N(value: int) -> dict[str, Any]:
+    """A number attribute value (statebound only stores integers)."""
+    return {"N": str(int(value))}
+
+
+def B(value: bytes) -> dict[str, Any]:
+    """A binary attribute value."""
+    return {"B": bytes(value)}
+
+
+def pack(value: Any, what: str) -> bytes:
+    """Encode ``value`` with msgpack, or raise :class:`SerializationError` naming ``what``."""
+    try:
+        return msgpack.packb(value, use_bin_type=True)
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise SerializationError(f"{what} cannot be stored: {exc}") from exc
+
+
+def unpack(raw: bytes, what: str) -> Any:
+    """Decode msgpack written by :func:`pack`; a damaged value is a :class:`StoreError`."""
+    try:
+        return msgpack.unpackb(raw, raw=False, strict_map_key=False)
+    except Exception as exc:  # msgpack raises a zoo of classes for bad input
+        raise StoreError(f"stored {what} is not valid msgpack: {exc}") from exc
+
+
+# --------------------------------------------------------------------------- keys
+
+
+def timer_sk(ordinal: int) -> str:
+    """The sort key of the timer row with this ordinal."""
+    if ordinal < 0:
+        # a negative number would break the zero-padded ordering, and ordinals are counters
+        raise StoreError(f"timer ordinal must be >= 0, got {ordinal}")
+    return f"{TIMER_PREFIX}{ordinal:0{ORDINAL_WIDTH}d}"
+
+
+def shard_of(key: TimerKey, shards: int) -> int:
+    """The shard of a timer row: CRC-32 of the key, so every process agrees without state."""
+    instance_id, ordinal = key
+    return zlib.crc32(f"{instance_id}{KEY_SEPARATOR}{ordinal}".encode()) % shards
+
+
+def due_partition(bucket: int, shard: int) -> str:
+    """The ``gsi_pk`` value of a due-index partition."""
+    return f"{bucket}#{shard}"
+
+
+def dead_sort_key(key: TimerKey) -> str:
+    """The ``dead_sk`` value: sorts dead rows by ``(instance_id, ordinal)``."""
+    return f"{key[0]}{KEY_SEPARATOR}{key[1]:0{ORDINAL_WIDTH}d}"
+
+
+def index_attributes(row: TimerRow, *, shards: int, bucket_ms: int) -> dict[str, dict[str, Any]]:
+    """The sparse index attributes a row in this state carries (possibly none).
+
+    Pending and claimed rows are in the due index under the bucket of their ready time;
+    dead rows are in the dead index; done rows are in neither.
+    """
+    if row.state in (PENDING, CLAIMED):
+        ready = row.ready_at_ms
+        return {"gsi_pk": S(due_partition(ready // bucket_ms, shard_of(row.key, shards))),
+                "gsi_due": N(ready)}
+    if row.state == DEAD:
+        return {"dead_pk": S(DEAD_PARTITION), "dead_sk": S(dead_sort_key(row.key))}
+    return {}
+
+
+# --------------------------------------------------------------------------- positions
+
+
+def _ref_value(ref: TimerRef) -> dict[str, Any]:
+    return {"M": {"ordinal": N(ref.ordinal), "send_id": S(ref.send_id),
+                  "name": {"NULL": True} if ref.name is None else S(ref.name)}}
+
+
+def position_item(instance_id: str, chart: str, version: int, blob: bytes, status: str,
+                  timers: tuple[TimerRef, ...], parent: str | None,
+                  commit_token: str) -> dict[str, dict[str, Any]]:
+    """The position item. ``commit_token`` identifies the commit that wrote it (see store.py)."""
+    item = {
+        "pk": S(instance_id), "sk": S(POSITION_SK), "chart": S(chart), "version": N(version),
+        "blob": B(blob), "status": S(status), "timers": {"L": [_ref_value(t) for t in timers]},
+        "commit_token": S(commit_token),
+    }
+    if parent is not None:
+        item["parent"] = S(parent)
+    return item
+
+
+def record_from_item(item: dict[str, Any]) -> PositionRecord:
+    """Rebuild a :class:`PositionRecord` from a position item."""
+    try:
+        refs = []
+        for value in item.get("timers", {}).get("L", []):
+            m = value["M"]
+            name = m.get("name", {"NULL": True})
+            refs.append(TimerRef(int(m["ordinal"]["N"]), m["send_id"]["S"],
+                                 None if "NULL" in name else name["S"]))
+        return PositionRecord(
+            instance_id=item["pk"]["S"], chart=item["chart"]["S"],
+            version=int(item["version"]["N"]), blob=bytes(item["blob"]["B"]),
+            status=item["status"]["S"], timers=tuple(refs),
+            parent=item["parent"]["S"] if "parent" in item else None)
+    except (KeyError, TypeError, ValueError) as exc:
+        # A hand-edited or foreign item: say which instance, never a bare KeyError.
+        pk = item.get("pk", {}).get("S", "?")
+        raise StoreError(f"position item of {pk!r} is malformed: missing or bad {exc}") from exc
+
+
+# --------------------------------------------------------------------------- timers
+
+# Optional TimerRow fields stored only when set, with their DynamoDB type.
+_OPTIONAL_S = ("name", "claimed_by", "last_error", "outcome", "reason")
+_OPTIONAL_N = ("next_attempt_at_ms", "claim_expires_ms")
+
+
+def timer_item(row: TimerRow, *, shards: int, bucket_ms: int) -> dict[str, dict[str, Any]]:
+    """The timer item for ``row``, index attributes included."""
+    item: dict[str, dict[str, Any]] = {
+        "pk": S(row.instance_id), "sk": S(timer_sk(row.ordinal)), "ordinal": N(row.ordinal),
+        "target_id": S(row.target_id), "due_at_ms": N(row.due_at_ms), "send_id": S(row.send_id),
+        "event": B(pack(row.event, f"event of timer {row.key}")),
+        "dedup": B(pack(row.dedup, f"dedup fields of timer {row.key}")),
+        "caller_context": B(pack(row.caller_context, f"caller_context of timer {row.key}")),
+        "state": S(row.state), "attempts": N(row.attempts),
+    }
+    for name in _OPTIONAL_S:
+        value = getattr(row, name)
+        if value is not None:
+            item[name] = S(value)
+    for name in _OPTIONAL_N:
+        value = getattr(row, name)
+        if value is not None:
+            item[name] = N(value)
+    item.update(index_attributes(row, shards=shards, bucket_ms=bucket_ms))
+    return item
+
+
+def row_from_item(item: dict[str, Any]) -> TimerRow:
+    """Rebuild a :class:`TimerRow` from a timer item (base table or an ALL-projected index)."""
+    try:
+        key = (item["pk"]["S"], int(item["ordinal"]["N"]))
+        kwargs: dict[str, Any] = {}
+        for name in _OPTIONAL_S:
+            if name in item:
+                kwargs[name] = item[name]["S"]
+        for name in _OPTIONAL_N:
+            if name in item:
+                kwargs[name] = int(item[name]["N"])
+        return TimerRow(
+            instance_id=key[0], ordinal=key[1], target_id=item["target_id"]["S"],
+            due_at_ms=int(item["due_at_ms"]["N"]), send_id=item["send_id"]["S"],
+            event=unpack(item["event"]["B"], f"event of timer {key}"),
+            dedup=unpack(item["dedup"]["B"], f"dedup of timer {key}") if "dedup" in item else {},
+            caller_context=(unpack(item["caller_context"]["B"], f"caller_context of timer {key}")
+                            if "caller_context" in item else None),
+            state=item["state"]["S"], attempts=int(item.get("attempts", {"N": "0"})["N"]),
+            **kwargs)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise StoreError(f"timer item {item.get('pk')}/{item.get('sk')} is malformed: {exc!r}") from exc
+
+
+# --------------------------------------------------------------------------- sizes
+
+
+def attr_size(value: dict[str, Any]) -> int:
+    """A conservative estimate of the stored size of one attribute value, in bytes.
+
+    DynamoDB documents: strings count their UTF-8 length, binary its length, numbers about
+    one byte per two digits plus one (we count one byte per character plus one, which is
+    never less), null/bool one byte, and lists/maps three bytes plus one per element plus
+    the elements (and, for maps, the key names).
+    """
+    (kind, v), = value.items()
+    if kind == "S":
+        return len(v.encode("utf-8"))
+    if kind == "N":
+        return len(v) + 1
+    if kind == "B":
+        return len(v)
+    if kind in ("NULL", "BOOL"):
+        return 1
+    if kind == "L":
+        return 3 + sum(1 + attr_size(e) for e in v)
+    if kind == "M":
+        return 3 + sum(1 + len(k.encode("utf-8")) + attr_size(e) for k, e in v.items())
+    if kind in ("SS", "NS", "BS"):
+        return 3 + sum(1 + len(e if isinstance(e, bytes) else str(e).encode("utf-8")) for e in v)
+    raise StoreError(f"unknown DynamoDB attribute type {kind!r}")
+
+
+def item_size(item: dict[str, dict[str, Any]]) -> int:
+    """Estimated item size: attribute names plus values, the way DynamoDB bills and limits."""
+    return sum(len(name.encode("utf-8")) + attr_size(value) for name, value in item.items())

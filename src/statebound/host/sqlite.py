@@ -1,0 +1,567 @@
+"""SQLiteStore: the embedded durable backend, on the standard library's :mod:`sqlite3`.
+
+It implements :class:`~statebound.host.store.Store` with exactly the semantics of the
+reference :class:`~statebound.host.memory.MemoryStore`, on one SQLite file that several
+processes may share.
+
+Schema (version :data:`SCHEMA_VERSION`, recorded in the ``meta`` table):
+
+* ``positions``: one row per instance (``instance_id`` primary key), with the blob, the
+  integer ``version`` for optimistic concurrency, ``chart``, ``status``, ``parent`` and
+  ``timers`` (the pending timer refs, msgpack-encoded).
+* ``timers``: one row per durable timer, primary key ``(instance_id, ordinal)``. The event,
+  dedup fields and caller context are msgpack-encoded. ``ready_at_ms`` is
+  ``max(due_at_ms, next_attempt_at_ms)``, kept by the store so that the index
+  ``timers_ready(ready_at_ms, instance_id, ordinal) WHERE state = 'pending'`` hands out
+  ready rows earliest first without a sort. Partial indexes ``timers_lease`` (claims by
+  lease expiry) and ``timers_dead`` serve lapsed claims and the dead-letter listing; done
+  rows are in no index.
+
+Concurrency: every call that writes runs in one ``BEGIN IMMEDIATE`` transaction, which
+takes SQLite's single write lock up front. A commit's version checks and its writes
+therefore see the same state, and two processes can never both claim one timer row.
+Reads are single statements, each a consistent snapshot (WAL readers never block writers).
+
+Minimum SQLite: 3.24 (``INSERT ... ON CONFLICT DO NOTHING``), checked when a store opens.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import replace
+from typing import Any
+
+import msgpack
+
+from ..exceptions import ConflictError, SerializationError, StoreError, StoreUnavailable
+from .store import (CLAIMED, DEAD, DONE, PENDING, Commit, PositionRecord, PositionWrite, TimerKey,
+                    TimerRef, TimerRow)
+
+__all__ = ["SQLiteStore", "SCHEMA_VERSION"]
+
+#: The schema this code writes. A database recording a newer one is refused.
+SCHEMA_VERSION = 1
+
+_MIN_SQLITE = (3, 24, 0)
+
+#: ``_MIGRATIONS[v]`` takes a database from schema ``v - 1`` to ``v``; 0 is an empty file.
+#: Add a step here (never edit an old one) and bump :data:`SCHEMA_VERSION`.
+_MIGRATIONS: dict[int, tuple[str, ...]] = {
+    1: (
+        """CREATE TABLE IF NOT EXISTS meta (
+               key   TEXT PRIMARY KEY,
+               value NOT NULL
+           )""",
+        """CREATE TABLE IF NOT EXISTS positions (
+               instance_id TEXT PRIMARY KEY,
+               chart       TEXT    NOT NULL,
+               version     INTEGER NOT NULL,
+               blob        BLOB    NOT NULL,
+               status      TEXT    NOT NULL,
+               timers      BLOB    NOT NULL,
+               parent      TEXT
+           )""",
+        """CREATE TABLE IF NOT EXISTS timers (
+               instance_id        TEXT    NOT NULL,
+               ordinal            INTEGER NOT NULL,
+               target_id          TEXT    NOT NULL,
+               due_at_ms          INTEGER NOT NULL,
+               send_id            TEXT    NOT NULL,
+               name               TEXT,
+               event              BLOB    NOT NULL,
+               dedup              BLOB    NOT NULL,
+               caller_context     BLOB    NOT NULL,
+               state              TEXT    NOT NULL,
+               attempts           INTEGER NOT NULL,
+               next_attempt_at_ms INTEGER,
+               ready_at_ms        INTEGER NOT NULL,
+               claimed_by         TEXT,
+               claim_expires_ms   INTEGER,
+               last_error         TEXT,
+               outcome            TEXT,
+               reason             TEXT,
+               PRIMARY KEY (instance_id, ordinal)
+           )""",
+        # The three indexes are partial, one per state a query looks for: done rows pile
+        # up under keep_done=True and belong in none of them, so each index stays as small
+        # as the rows it serves. The key columns are in timers_ready so that the claim's
+        # ORDER BY is the index order.
+        f"""CREATE INDEX IF NOT EXISTS timers_ready
+               ON timers (ready_at_ms, instance_id, ordinal) WHERE state = '{PENDING}'""",
+        # ifnull: a claimed row without a lease counts as expired (MemoryStore's rule), and
+        # indexing the expression keeps "expired claims" one index range.
+        f"""CREATE INDEX IF NOT EXISTS timers_lease
+               ON timers (ifnull(claim_expires_ms, 0)) WHERE state = '{CLAIMED}'""",
+        f"""CREATE INDEX IF NOT EXISTS timers_dead
+               ON timers (instance_id, ordinal) WHERE state = '{DEAD}'""",
+    ),
+}
+
+# Column order matches TimerRow's fields; _row_to_timer relies on it.
+_TIMER_COLS = ("instance_id, ordinal, target_id, due_at_ms, send_id, event, name, dedup, "
+               "caller_context, state, attempts, next_attempt_at_ms, claimed_by, "
+               "claim_expires_ms, last_error, outcome, reason")
+
+# The state literals are spelled into the SQL, never bound: SQLite uses a partial index only
+# when the query's WHERE clause names the index's own literal. The outer ORDER BY merges at
+# most 2 * limit rows.
+_SQL_CLAIM_SELECT = f"""
+    SELECT * FROM (
+        SELECT rowid, {_TIMER_COLS}, ready_at_ms FROM timers
+         WHERE state = '{PENDING}' AND ready_at_ms <= ?
+         ORDER BY ready_at_ms, instance_id, ordinal LIMIT ?)
+    UNION ALL
+    SELECT * FROM (
+        SELECT rowid, {_TIMER_COLS}, ready_at_ms FROM timers
+         WHERE state = '{CLAIMED}' AND ifnull(claim_expires_ms, 0) <= ?
+         ORDER BY ready_at_ms, instance_id, ordinal LIMIT ?)
+    ORDER BY ready_at_ms, instance_id, ordinal LIMIT ?"""
+
+_SQL_NEXT_DUE = f"""
+    SELECT min(t) FROM (
+        SELECT min(ready_at_ms) AS t FROM timers WHERE state = '{PENDING}'
+        UNION ALL
+        SELECT min(ifnull(claim_expires_ms, 0)) FROM timers WHERE state = '{CLAIMED}')"""
+
+_SQL_RELEASE = f"""
+    UPDATE timers
+       SET state = ?, attempts = attempts + 1, last_error = ?, next_attempt_at_ms = ?,
+           ready_at_ms = max(due_at_ms, ifnull(?, due_at_ms)),
+           claimed_by = NULL, claim_expires_ms = NULL
+     WHERE instance_id = ? AND ordinal = ? AND state != '{DONE}'
+       AND NOT (state = '{CLAIMED}' AND claimed_by IS NOT NULL AND claimed_by != ?)"""
+
+_SQL_RETRY = f"""
+    UPDATE timers
+       SET state = '{PENDING}', attempts = 0, due_at_ms = ?, next_attempt_at_ms = NULL,
+           ready_at_ms = ?, last_error = NULL
+     WHERE instance_id = ? AND ordinal = ? AND state = '{DEAD}'"""
+
+_SQL_PUT_TIMER = f"""
+    INSERT OR REPLACE INTO timers ({_TIMER_COLS}, ready_at_ms)
+    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"""
+
+# Well under SQLite's smallest host-parameter limit (999 before 3.32).
+_IN_CHUNK = 500
+
+
+# ----------------------------------------------------------------------------- boundary
+
+
+@contextmanager
+def _map_sqlite_errors() -> Iterator[None]:
+    """Translate driver errors so that only :mod:`statebound.exceptions` errors escape.
+
+    The host retries ``ConflictError`` and reports ``StoreUnavailable``; it must never need
+    to import :mod:`sqlite3` to tell them apart.
+    """
+    try:
+        yield
+    except sqlite3.OperationalError as exc:
+        name = getattr(exc, "sqlite_errorname", "") or ""
+        if name.startswith(("SQLITE_BUSY", "SQLITE_LOCKED")) or "locked" in str(exc):
+            raise StoreUnavailable(
+                "SQLite database is locked: another connection held the write lock "
+                f"past the busy timeout ({exc})") from exc
+        raise StoreUnavailable(f"SQLite operation failed: {exc}") from exc
+    except sqlite3.Error as exc:
+        raise StoreUnavailable(f"SQLite error: {exc}") from exc
+    except OverflowError as exc:
+        # sqlite3 raises this (not an sqlite3.Error) for ints outside 64 bits.
+        raise StoreError(f"value out of SQLite's 64-bit integer range: {exc}") from exc
+
+
+def _pack(value: Any, what: str) -> bytes:
+    try:
+        return msgpack.packb(value, use_bin_type=True)
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise SerializationError(f"cannot encode {what} for SQLite: {exc}") from exc
+
+
+def _unpack(data: bytes, what: str) -> Any:
+    try:
+        return msgpack.unpackb(data, raw=False, strict_map_key=False)
+    except Exception as exc:  # msgpack raises several unrelated types on bad input
+        raise StoreError(f"corrupt {what} in SQLite database: {exc}") from exc
+
+
+def _pack_refs(refs: Sequence[TimerRef]) -> bytes:
+    # Arrays, not maps: the refs ride along on every position load.
+    return _pack([[r.ordinal, r.send_id, r.name] for r in refs], "timer refs")
+
+
+def _unpack_refs(data: bytes) -> tuple[TimerRef, ...]:
+    try:
+        return tuple(TimerRef(o, s, n) for o, s, n in _unpack(data, "timer refs"))
+    except (TypeError, ValueError) as exc:
+        raise StoreError(f"corrupt timer refs in SQLite database: {exc}") from exc
+
+
+def _timer_params(row: TimerRow) -> tuple[Any, ...]:
+    return (row.instance_id, row.ordinal, row.target_id, row.due_at_ms, row.send_id,
+            _pack(row.event, "timer event"), row.name, _pack(row.dedup, "timer dedup fields"),
+            _pack(row.caller_context, "timer caller_context"), row.state, row.attempts,
+            row.next_attempt_at_ms, row.claimed_by, row.claim_expires_ms, row.last_error,
+            row.outcome, row.reason, row.ready_at_ms)
+
+
+def _row_to_timer(r: Sequence[Any]) -> TimerRow:
+    return TimerRow(
+        instance_id=r[0], ordinal=r[1], target_id=r[2], due_at_ms=r[3], send_id=r[4],
+        event=_unpack(r[5], "timer event"), name=r[6], dedup=_unpack(r[7], "timer dedup"),
+        caller_context=_unpack(r[8], "timer caller_context"), state=r[9], attempts=r[10],
+        next_attempt_at_ms=r[11], claimed_by=r[12], claim_expires_ms=r[13], last_error=r[14],
+        outcome=r[15], reason=r[16])
+
+
+# ----------------------------------------------------------------------------- the store
+
+
+class SQLiteStore:
+    """A :class:`~statebound.host.store.Store` on one SQLite file.
+
+    The file is created (and its schema migrated forward) on first open. It is put in WAL
+    mode, so readers never block the writer. A store object holds one connection guarded
+    by a lock, so **one store object may be shared by the threads of a process**. Each
+    process opens its own store object on the same file; SQLite's locking and the
+    ``BEGIN IMMEDIATE`` transactions make that safe (atomic commits and claims).
+
+    Errors: only :mod:`statebound.exceptions` errors escape. A failed version or completion
+    check raises :class:`~statebound.ConflictError` and writes nothing. A write lock still
+    held by another connection after ``timeout_s``, an I/O error, or a file that is not a
+    database raises :class:`~statebound.StoreUnavailable`. A database written by a newer
+    schema raises :class:`~statebound.StoreError`.
+
+    Testing seam: every SQL statement the store runs, ``BEGIN IMMEDIATE`` and ``COMMIT``
+    included, goes through the private method ``_execute(sql, params)``. A crash-injection
+    test can monkeypatch it on an instance to raise before or after the N-th statement.
+    ``ROLLBACK`` deliberately bypasses it so an injected failure still leaves the
+    connection clean, as a real crash leaves the file.
+
+    :param path: the database file, or ``":memory:"`` for a private in-memory database
+        (tests; nothing is shared or kept).
+    :param timeout_s: how long a call waits for another connection's write lock before
+        raising ``StoreUnavailable``.
+    :param keep_done: keep completed timer rows (state ``done``, for inspection); when
+        ``False`` a completion deletes the row.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], *, timeout_s: float = 30.0,
+                 keep_done: bool = True) -> None:
+        self.path = os.fspath(path)
+        self.timeout_s = timeout_s
+        self._keep_done = keep_done
+        self._lock = threading.Lock()
+        self._db: sqlite3.Connection | None = None
+        if sqlite3.sqlite_version_info < _MIN_SQLITE:
+            raise StoreError(f"SQLiteStore needs SQLite >= {'.'.join(map(str, _MIN_SQLITE))}, "
+                             f"this Python links {sqlite3.sqlite_version}")
+        with _map_sqlite_errors():
+            # isolation_level=None: the driver never opens transactions behind our back;
+            # every transaction is an explicit BEGIN IMMEDIATE below.
+            # check_same_thread=False: our lock, not the driver, serialises the threads.
+            self._db = sqlite3.connect(self.path, timeout=timeout_s, isolation_level=None,
+                                       check_same_thread=False)
+        try:
+            with self._lock, _map_sqlite_errors():
+                self._configure()
+                self._migrate()
+        except BaseException:
+            self.close()
+            raise
+
+    # -- lifecycle ---------------------------------------------------------------------
+    def close(self) -> None:
+        """Close the connection. Further calls raise ``StoreUnavailable``. Idempotent."""
+        with self._lock:
+            db, self._db = self._db, None
+            if db is not None:
+                with _map_sqlite_errors():
+                    db.close()
+
+    def __enter__(self) -> SQLiteStore:
+        """Use the store as a context manager; it is closed on exit."""
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        """Close the store."""
+        self.close()
+
+    def __repr__(self) -> str:
+        """Show the file and whether the store is open."""
+        state = "open" if self._db is not None else "closed"
+        return f"<SQLiteStore {self.path!r} {state}>"
+
+    @property
+    def journal_mode(self) -> str:
+        """The journal mode in effect: ``"wal"`` for a file, ``"memory"`` for ``:memory:``."""
+        with self._lock, _map_sqlite_errors():
+            return str(self._execute("PRAGMA journal_mode").fetchone()[0]).lower()
+
+    @property
+    def schema_version(self) -> int:
+        """The schema version recorded in the database's ``meta`` table."""
+        with self._lock, _map_sqlite_errors():
+            return self._read_schema_version()
+
+    # -- plumbing ----------------------------------------------------------------------
+    def _execute(self, sql: str, params: Sequence[Any] = ()) -> sqlite3.Cursor:
+        """Run one SQL statement: the single seam that crash-injection tests patch."""
+        db = self._db
+        if db is None:
+            raise StoreUnavailable(f"SQLiteStore {self.path!r} is closed")
+        return db.execute(sql, params)
+
+    def _rollback(self) -> None:
+        db = self._db
+        if db is not None and db.in_transaction:
+            try:
+                db.execute("ROLLBACK")
+            except sqlite3.Error:
+                # The original error is the one worth reporting; SQLite has already
+                # rolled back when ROLLBACK itself fails on a broken connection.
+                pass
+
+    @contextmanager
+    def _write(self) -> Iterator[None]:
+        """One write transaction: lock, ``BEGIN IMMEDIATE``, ``COMMIT`` or roll back."""
+        with self._lock, _map_sqlite_errors():
+            # IMMEDIATE takes the write lock now, waiting up to the busy timeout. A deferred
+            # transaction that reads first and upgrades later would get SQLITE_BUSY at
+            # once, with no wait, whenever another process wrote in between.
+            try:
+                # Inside the try: if anything fails once BEGIN has run, roll back, or the
+                # connection would sit in a transaction holding the write lock.
+                self._execute("BEGIN IMMEDIATE")
+                yield
+                self._execute("COMMIT")
+            except BaseException:
+                self._rollback()
+                raise
+
+    @contextmanager
+    def _read(self) -> Iterator[None]:
+        with self._lock, _map_sqlite_errors():
+            yield
+
+    def _configure(self) -> None:
+        mode = str(self._execute("PRAGMA journal_mode").fetchone()[0]).lower()
+        if mode not in ("wal", "memory"):
+            # Persistent in the file; only the first opener pays for the switch. A
+            # filesystem that cannot do WAL keeps its mode, which is still correct, only
+            # slower (readers then block the writer at commit).
+            self._execute("PRAGMA journal_mode=WAL")
+        # FULL, not NORMAL: in WAL mode NORMAL skips the fsync at each commit, so a power
+        # cut or OS crash may drop the last few *acknowledged* commits (the file stays
+        # consistent). A durable-timer store promises that an acknowledged send or fire
+        # stays done, since effects outside the store may already have happened, so we
+        # pay one WAL fsync per commit.
+        self._execute("PRAGMA synchronous=FULL")
+
+    def _read_schema_version(self) -> int:
+        has_meta = self._execute(
+            "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'meta'"
+        ).fetchone()[0]
+        if not has_meta:
+            return 0
+        row = self._execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+        return 0 if row is None else int(row[0])
+
+    def _refuse_newer(self, found: int) -> None:
+        if found > SCHEMA_VERSION:
+            raise StoreError(
+                f"{self.path}: database schema version {found} is newer than this statebound "
+                f"supports ({SCHEMA_VERSION}); upgrade statebound to open it")
+
+    def _migrate(self) -> None:
+        current = self._read_schema_version()
+        self._refuse_newer(current)
+        if current == SCHEMA_VERSION:
+            return
+        try:
+            self._execute("BEGIN IMMEDIATE")
+            # Re-read under the write lock: another process may have migrated meanwhile.
+            current = self._read_schema_version()
+            self._refuse_newer(current)
+            for version in range(current + 1, SCHEMA_VERSION + 1):
+                for sql in _MIGRATIONS[version]:
+                    self._execute(sql)
+            self._execute(
+                "INSERT INTO meta (key, value) VALUES ('schema_version', ?) "
+                "ON CONFLICT (key) DO UPDATE SET value = excluded.value", (SCHEMA_VERSION,))
+            self._execute("COMMIT")
+        except BaseException:
+            self._rollback()
+            raise
+
+    def _current_version(self, instance_id: str) -> int | None:
+        row = self._execute("SELECT version FROM positions WHERE instance_id = ?",
+                            (instance_id,)).fetchone()
+        return None if row is None else row[0]
+
+    # -- positions ---------------------------------------------------------------------
+    def load(self, instance_id: str) -> PositionRecord | None:
+        """Return the instance's record, or ``None``. Sees every commit acknowledged so far,
+        by any process."""
+        with self._read():
+            r = self._execute(
+                "SELECT instance_id, chart, version, blob, status, timers, parent "
+                "FROM positions WHERE instance_id = ?", (instance_id,)).fetchone()
+        if r is None:
+            return None
+        return PositionRecord(r[0], r[1], r[2], bytes(r[3]), r[4], _unpack_refs(r[5]), r[6])
+
+    def commit(self, commit: Commit) -> None:
+        """Apply the commit in one transaction, or raise and write nothing.
+
+        Order (the same as MemoryStore's): position writes, each conditional on its
+        expected version; the completion check, against the timer rows as they were
+        before this commit; then purges of deleted instances' timers, ``timers_delete``,
+        ``timers_put`` (an upsert) and the completion.
+
+        :raises ConflictError: a stale version, a create of an existing instance, or a
+            completion of a row that is gone, done, dead or claimed by another node.
+        :raises SerializationError: a timer field msgpack cannot encode (before any write).
+        """
+        if commit.empty:
+            return
+        # Encode before taking the write lock, so a bad value costs other writers nothing.
+        writes = [(w, None if w.blob is None else _pack_refs(w.timers)) for w in commit.writes]
+        puts = [_timer_params(row) for row in commit.timers_put]
+        with self._write():
+            purged: list[str] = []
+            for w, refs in writes:
+                self._write_position(w, refs)
+                if w.blob is None:
+                    purged.append(w.instance_id)
+            c = commit.complete
+            if c is not None:
+                self._check_completion(c.key, c.node_id)
+            for instance_id in purged:
+                self._execute("DELETE FROM timers WHERE instance_id = ?", (instance_id,))
+            for key in commit.timers_delete:
+                self._execute("DELETE FROM timers WHERE instance_id = ? AND ordinal = ?", key)
+            for params in puts:
+                self._execute(_SQL_PUT_TIMER, params)
+            if c is not None:
+                if self._keep_done:
+                    self._execute(
+                        f"UPDATE timers SET state = '{DONE}', outcome = ?, reason = ?, "
+                        "claimed_by = NULL, claim_expires_ms = NULL "
+                        "WHERE instance_id = ? AND ordinal = ?", (c.outcome, c.reason, *c.key))
+                else:
+                    self._execute("DELETE FROM timers WHERE instance_id = ? AND ordinal = ?",
+                                  c.key)
+
+    def _write_position(self, w: PositionWrite, refs: bytes | None) -> None:
+        iid = w.instance_id
+        if w.blob is None:
+            if w.expected_version is None:
+                # A delete that expects no record: legal, and a no-op, only if there is none.
+                if (cur := self._current_version(iid)) is not None:
+                    raise ConflictError(f"instance {iid!r} already exists", iid, cur)
+                return
+            n = self._execute("DELETE FROM positions WHERE instance_id = ? AND version = ?",
+                              (iid, w.expected_version)).rowcount
+            if n != 1:
+                raise ConflictError(f"version of {iid!r} moved", iid, self._current_version(iid))
+            return
+        if w.expected_version is None:
+            n = self._execute(
+                "INSERT INTO positions (instance_id, chart, version, blob, status, timers, parent) "
+                "VALUES (?, ?, 1, ?, ?, ?, ?) ON CONFLICT (instance_id) DO NOTHING",
+                (iid, w.chart, w.blob, w.status, refs, w.parent)).rowcount
+            if n != 1:
+                raise ConflictError(f"instance {iid!r} already exists", iid,
+                                    self._current_version(iid))
+            return
+        n = self._execute(
+            "UPDATE positions SET chart = ?, version = version + 1, blob = ?, status = ?, "
+            "timers = ?, parent = ? WHERE instance_id = ? AND version = ?",
+            (w.chart, w.blob, w.status, refs, w.parent, iid, w.expected_version)).rowcount
+        if n != 1:
+            raise ConflictError(f"version of {iid!r} moved", iid, self._current_version(iid))
+
+    def _check_completion(self, key: TimerKey, node_id: str | None) -> None:
+        r = self._execute("SELECT state, claimed_by FROM timers WHERE instance_id = ? AND "
+                          "ordinal = ?", key).fetchone()
+        if r is None or r[0] in (DONE, DEAD) or (
+                node_id is not None and r[0] == CLAIMED and r[1] != node_id):
+            raise ConflictError(f"timer {key} is no longer claimable")
+
+    # -- timers ------------------------------------------------------------------------
+    def claim_due(self, now_ms: int, limit: int, node_id: str, lease_ms: int) -> list[TimerRow]:
+        """Claim up to ``limit`` ready rows for ``node_id``, earliest ``ready_at_ms`` first.
+
+        Ready: ``pending`` with ``ready_at_ms <= now_ms``, or ``claimed`` with a lease that
+        has run out (a dead sweeper's). The select and the update run under one write lock,
+        so across every process sharing the file a row has one live claim at a time.
+        """
+        if limit <= 0:
+            return []
+        expires = now_ms + lease_ms
+        with self._write():
+            rows = self._execute(_SQL_CLAIM_SELECT,
+                                 (now_ms, limit, now_ms, limit, limit)).fetchall()
+            rowids = [r[0] for r in rows]
+            for i in range(0, len(rowids), _IN_CHUNK):
+                chunk = rowids[i:i + _IN_CHUNK]
+                self._execute(
+                    f"UPDATE timers SET state = '{CLAIMED}', claimed_by = ?, "
+                    f"claim_expires_ms = ? WHERE rowid IN ({', '.join('?' * len(chunk))})",
+                    (node_id, expires, *chunk))
+        return [replace(_row_to_timer(r[1:]), state=CLAIMED, claimed_by=node_id,
+                        claim_expires_ms=expires) for r in rows]
+
+    def release(self, key: TimerKey, node_id: str, *, error: str, next_attempt_at_ms: int,
+                dead: bool) -> None:
+        """Give a row back after a failed delivery: ``attempts += 1``, the error and backoff
+        recorded, or the row parked as ``dead``. A no-op if the row is gone or done, or if
+        another node holds the claim."""
+        with self._write():
+            self._execute(_SQL_RELEASE, (DEAD if dead else PENDING, error, next_attempt_at_ms,
+                                         next_attempt_at_ms, key[0], key[1], node_id))
+
+    def next_due(self) -> int | None:
+        """The earliest time some row becomes ready: a pending row's ``ready_at_ms`` or a
+        claimed row's lease expiry. ``None`` when there is none."""
+        with self._read():
+            return self._execute(_SQL_NEXT_DUE).fetchone()[0]
+
+    def pending_timers(self, instance_id: str) -> list[TimerRow]:
+        """The rows scheduled by ``instance_id`` that are not done (pending, claimed or
+        dead), by ordinal."""
+        with self._read():
+            rows = self._execute(
+                f"SELECT {_TIMER_COLS} FROM timers WHERE instance_id = ? AND state != '{DONE}' "
+                "ORDER BY ordinal", (instance_id,)).fetchall()
+        return [_row_to_timer(r) for r in rows]
+
+    def dead_timers(self, limit: int = 100) -> Sequence[TimerRow]:
+        """Up to ``limit`` rows parked as dead, by key."""
+        if limit <= 0:
+            return []
+        with self._read():
+            rows = self._execute(
+                f"SELECT {_TIMER_COLS} FROM timers WHERE state = '{DEAD}' "
+                "ORDER BY instance_id, ordinal LIMIT ?", (limit,)).fetchall()
+        return [_row_to_timer(r) for r in rows]
+
+    def retry_timer(self, key: TimerKey, now_ms: int) -> bool:
+        """Revive a dead row: pending, attempts reset, due at ``now_ms``. Returns whether a
+        dead row was found."""
+        with self._write():
+            n = self._execute(_SQL_RETRY, (now_ms, now_ms, key[0], key[1])).rowcount
+        return n == 1
+
+    def get_timer(self, key: TimerKey) -> TimerRow | None:
+        """One row by key, in any state (done rows included while they are kept)."""
+        with self._read():
+            r = self._execute(f"SELECT {_TIMER_COLS} FROM timers WHERE instance_id = ? AND "
+                              "ordinal = ?", key).fetchone()
+        return None if r is None else _row_to_timer(r)
+
