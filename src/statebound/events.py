@@ -28,6 +28,7 @@ class Event:
     :param origin: a URI the receiver can reply to, e.g. ``"#_scxml_order-1"``.
     :param origintype: the I/O processor type of ``origin``.
     :param invokeid: set when the event comes from an invoked child session.
+    :param raw: the raw message, for events that arrived over a wire protocol (Basic HTTP).
     """
 
     name: str
@@ -37,16 +38,18 @@ class Event:
     origin: str | None = None
     origintype: str | None = None
     invokeid: str | None = None
+    raw: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """Return the event as a plain dict (what timer rows store)."""
         return {
             "name": self.name, "data": self.data, "type": self.type, "sendid": self.sendid,
             "origin": self.origin, "origintype": self.origintype, "invokeid": self.invokeid,
+            "raw": self.raw,
         }
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "Event":
         """Rebuild an event from :meth:`to_dict` output."""
         return cls(d["name"], d.get("data"), d.get("type") or "external", d.get("sendid"),
-                   d.get("origin"), d.get("origintype"), d.get("invokeid"))
+                   d.get("origin"), d.get("origintype"), d.get("invokeid"), d.get("raw"))

@@ -39,7 +39,7 @@ class AttrDict(dict):
 class EventView:
     """The read-only ``_event`` object expressions see."""
 
-    __slots__ = ("name", "type", "sendid", "origin", "origintype", "invokeid", "data")
+    __slots__ = ("name", "type", "sendid", "origin", "origintype", "invokeid", "data", "raw")
 
     def __init__(self, event: Any) -> None:
         self.name = event.name
@@ -50,6 +50,7 @@ class EventView:
         self.invokeid = event.invokeid or ""
         d = event.data
         self.data = AttrDict(d) if type(d) is dict else d
+        self.raw = event.raw or ""
 
     def as_dict(self) -> dict[str, Any]:
         """The fields as a plain dict (how an ``_event`` stored in a variable persists)."""

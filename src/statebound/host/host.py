@@ -25,7 +25,9 @@ from typing import Any
 from ..chart.model import Chart
 from ..effects import (Autoforward, BudgetExhausted, Cancel, CancelInvoke, Done, Invoke, Log, Send,
                        SendDelayed)
-from ..events import SCXML_PROCESSOR, Event
+from urllib.parse import quote, quote_plus, unquote, urlencode
+
+from ..events import BASICHTTP_PROCESSOR, SCXML_PROCESSOR, Event
 from ..exceptions import (ChartError, ConflictError, InstanceExists, InstanceNotFound, NotRunning,
                           StateboundError, UnknownChart)
 from ..interpreter import Interpreter, Position
@@ -93,12 +95,18 @@ class Host:
     :param codec: position blob codec, ``"msgpack"`` or ``"cbor"``.
     :param on_log: called as ``on_log(instance_id, label, value)`` for ``<log>``;
         defaults to the ``statebound`` logger at INFO.
+    :param http_base: base URL of this host's Basic HTTP event I/O processor. Each instance
+        is offered ``{http_base}/instances/{id}/events`` as its
+        ``_ioprocessors['basichttp']['location']`` (the route the Lambda example serves).
+        Basic HTTP sends to such a URL are delivered directly, without a network round trip;
+        sends to other URLs get ``error.communication``. ``None`` disables the processor.
     """
 
     def __init__(self, charts: Iterable[Chart] = (), store: Store | None = None, clock: Clock | None = None, *,
                  max_rounds: int = 10_000, max_deliveries: int = 1_000, max_conflict_retries: int = 8,
                  max_attempts: int = 5, backoff_ms: int = 1_000, codec: str = "msgpack",
-                 on_log: Any = None, node_id: str | None = None) -> None:
+                 on_log: Any = None, node_id: str | None = None,
+                 http_base: str | None = "http://statebound.invalid") -> None:
         self.store: Store = store if store is not None else MemoryStore()
         self.clock: Clock = clock if clock is not None else SystemClock()
         self.max_rounds = max_rounds
@@ -109,6 +117,7 @@ class Host:
         self.codec = codec
         self.on_log = on_log
         self.node_id = node_id or "host"
+        self.http_base = http_base.rstrip("/") if http_base else None
         self._charts: dict[str, Chart] = {}
         self._interpreters: dict[str, Interpreter] = {}
         #: counters a user can read: commits, conflicts, fired, discarded, stale, failed...
@@ -346,7 +355,17 @@ class Host:
     def _stamp(self, u: _Unit, pos: Position) -> Position:
         def routes(session_id: str) -> bool:
             return self._load(u, session_id) is not None
-        return pos.restamp(routes=routes)
+        return pos.restamp(routes=routes, ioprocessors=self._ioprocessors(pos.session_id))
+
+    def _ioprocessors(self, instance_id: str) -> dict[str, Any] | None:
+        if self.http_base is None:
+            return None
+        loc = {"location": self.http_location(instance_id)}
+        return {BASICHTTP_PROCESSOR: loc, "basichttp": loc}
+
+    def http_location(self, instance_id: str) -> str:
+        """The Basic HTTP location of an instance (``POST`` events there)."""
+        return f"{self.http_base}/instances/{quote(instance_id, safe='')}/events"
 
     def _result(self, u: _Unit, instance_id: str) -> Position:
         e = u.entries[instance_id]
@@ -363,9 +382,9 @@ class Host:
             record = self.store.load(instance_id)  # a leftover child is replaced, not duplicated
         e = _Entry(record, None, chart_name, [], parent)
         u.entries[instance_id] = e
-        routes = self._stamp(u, Position(interp.chart, instance_id, RUNNING, ())).routes
-        pos, effects = interp.start(instance_id, data, parent=parent, invokeid=invokeid, routes=routes,
-                                    caller_context=caller_context)
+        seed = self._stamp(u, Position(interp.chart, instance_id, RUNNING, ()))
+        pos, effects = interp.start(instance_id, data, parent=parent, invokeid=invokeid, routes=seed.routes,
+                                    ioprocessors=seed.ioprocessors, caller_context=caller_context)
         e.position, e.dirty = pos, True
         self.metrics["drives"] += 1
         self._apply(u, instance_id, effects, caller_context)
@@ -458,6 +477,8 @@ class Host:
 
     def _route(self, iid: str, pos: Position, target: str | None, eff: Any) -> tuple[str | None, Event]:
         """Resolve a send target to an instance id and the event it receives."""
+        if eff.type == BASICHTTP_PROCESSOR:
+            return self._route_http(iid, target, eff)
         invokeid = None
         if target is None:
             dest: str | None = iid
@@ -474,6 +495,27 @@ class Host:
         ev = Event(eff.event, eff.data, "external", eff.send_id if eff.id_from_author else None, eff.origin,
                    SCXML_PROCESSOR, invokeid)
         return dest, ev
+
+    def _route_http(self, iid: str, target: str | None, eff: Any) -> tuple[str | None, Event]:
+        """Basic HTTP (SCXML C.2): a form POST; loop back when the URL is one of ours."""
+        form = dict(eff.data) if isinstance(eff.data, dict) else {}
+        if eff.event:
+            form["_scxmleventname"] = eff.event
+        body = quote_plus(str(eff.data)) if eff.data is not None and not isinstance(eff.data, dict) \
+            else urlencode({k: str(v) for k, v in form.items()})
+        prefix = f"{self.http_base}/instances/" if self.http_base else None
+        dest = None
+        if prefix and target and target.startswith(prefix) and target.endswith("/events"):
+            dest = unquote(target[len(prefix):-len("/events")])
+        if dest is None:
+            return iid, Event("error.communication", {"message": f"Basic HTTP target {target!r} is not reachable"},
+                              "platform", eff.send_id)
+        raw = (f"POST {target[len(self.http_base or ''):]} HTTP/1.1\r\n"
+               "Content-Type: application/x-www-form-urlencoded\r\n\r\n" + body)
+        name = str(form.get("_scxmleventname") or "HTTP.POST")
+        data = form if isinstance(eff.data, dict) or form else eff.data
+        return dest, Event(name, data, "external", eff.send_id if eff.id_from_author else None,
+                           self.http_location(iid), BASICHTTP_PROCESSOR, None, raw)
 
     def _invoke(self, u: _Unit, iid: str, pos: Position, eff: Invoke, ctx: Any) -> None:
         chart = eff.chart

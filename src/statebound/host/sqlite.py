@@ -30,6 +30,7 @@ from __future__ import annotations
 import os
 import sqlite3
 import threading
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
@@ -152,6 +153,11 @@ _IN_CHUNK = 500
 # ----------------------------------------------------------------------------- boundary
 
 
+def _is_busy(exc: sqlite3.OperationalError) -> bool:
+    name = getattr(exc, "sqlite_errorname", "") or ""  # Python 3.11+
+    return name.startswith(("SQLITE_BUSY", "SQLITE_LOCKED")) or "locked" in str(exc)
+
+
 @contextmanager
 def _map_sqlite_errors() -> Iterator[None]:
     """Translate driver errors so that only :mod:`statebound.exceptions` errors escape.
@@ -162,8 +168,7 @@ def _map_sqlite_errors() -> Iterator[None]:
     try:
         yield
     except sqlite3.OperationalError as exc:
-        name = getattr(exc, "sqlite_errorname", "") or ""
-        if name.startswith(("SQLITE_BUSY", "SQLITE_LOCKED")) or "locked" in str(exc):
+        if _is_busy(exc):
             raise StoreUnavailable(
                 "SQLite database is locked: another connection held the write lock "
                 f"past the busy timeout ({exc})") from exc
@@ -227,8 +232,9 @@ class SQLiteStore:
     The file is created (and its schema migrated forward) on first open. It is put in WAL
     mode, so readers never block the writer. A store object holds one connection guarded
     by a lock, so **one store object may be shared by the threads of a process**. Each
-    process opens its own store object on the same file; SQLite's locking and the
-    ``BEGIN IMMEDIATE`` transactions make that safe (atomic commits and claims).
+    process opens its own store object on the same file (never carry one across
+    ``fork``); SQLite's locking and the ``BEGIN IMMEDIATE`` transactions make that safe
+    (atomic commits and claims).
 
     Errors: only :mod:`statebound.exceptions` errors escape. A failed version or completion
     check raises :class:`~statebound.ConflictError` and writes nothing. A write lock still
@@ -330,12 +336,12 @@ class SQLiteStore:
     def _write(self) -> Iterator[None]:
         """One write transaction: lock, ``BEGIN IMMEDIATE``, ``COMMIT`` or roll back."""
         with self._lock, _map_sqlite_errors():
-            # IMMEDIATE takes the write lock now, waiting up to the busy timeout. A deferred
-            # transaction that reads first and upgrades later would get SQLITE_BUSY at
-            # once, with no wait, whenever another process wrote in between.
             try:
-                # Inside the try: if anything fails once BEGIN has run, roll back, or the
-                # connection would sit in a transaction holding the write lock.
+                # IMMEDIATE takes the write lock now, waiting up to the busy timeout; a
+                # deferred transaction that upgrades later gets SQLITE_BUSY at once, with no
+                # wait, if another process wrote in between. BEGIN is inside the try so
+                # that any failure after it rolls back instead of leaving the connection
+                # in a transaction that holds the write lock.
                 self._execute("BEGIN IMMEDIATE")
                 yield
                 self._execute("COMMIT")
@@ -349,12 +355,22 @@ class SQLiteStore:
             yield
 
     def _configure(self) -> None:
-        mode = str(self._execute("PRAGMA journal_mode").fetchone()[0]).lower()
-        if mode not in ("wal", "memory"):
-            # Persistent in the file; only the first opener pays for the switch. A
-            # filesystem that cannot do WAL keeps its mode, which is still correct, only
-            # slower (readers then block the writer at commit).
-            self._execute("PRAGMA journal_mode=WAL")
+        # The journal mode is persistent in the file; only the first opener switches it. A
+        # filesystem that cannot do WAL keeps its mode, which is still correct, only slower
+        # (readers then block the writer at commit). The switch needs an exclusive lock and
+        # SQLite does not run the busy handler for it, so processes opening a new file
+        # together get SQLITE_BUSY at once: retry here, within the same timeout.
+        deadline = time.monotonic() + self.timeout_s
+        while True:
+            try:
+                mode = str(self._execute("PRAGMA journal_mode").fetchone()[0]).lower()
+                if mode not in ("wal", "memory"):
+                    self._execute("PRAGMA journal_mode=WAL")
+                break
+            except sqlite3.OperationalError as exc:
+                if not _is_busy(exc) or time.monotonic() >= deadline:
+                    raise
+                time.sleep(0.005)
         # FULL, not NORMAL: in WAL mode NORMAL skips the fsync at each commit, so a power
         # cut or OS crash may drop the last few *acknowledged* commits (the file stays
         # consistent). A durable-timer store promises that an acknowledged send or fire

@@ -215,6 +215,9 @@ class ContentMixin:
         stamp = self.stamp()
         origin = f"#_scxml_{m.session_id}"  # type: ignore[attr-defined]
         name = event or ""
+        if typ == BASICHTTP_PROCESSOR and not target:
+            self.raise_error("error.communication", "a Basic HTTP <send> needs a target URL", send_id)
+            return
         if typ == SCXML_PROCESSOR:
             if target == "#_internal":
                 self.internal.append(Event(name, data, "external", send_id if from_author else None,
