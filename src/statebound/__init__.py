@@ -12,8 +12,10 @@ from .exceptions import *  # noqa: F401,F403  (the error tree is part of the fac
 from .exceptions import __all__ as _errors
 from .host import Host, ManualClock, MemoryStore, Sweeper, SystemClock
 from .interpreter import Interpreter, Position
+from . import position as _position  # registers the blob codec
+from .position import diff
 
 __version__ = "0.1.0"
 
 __all__ = ["Chart", "Interpreter", "Position", "Event", "effects", "Host", "Sweeper", "ManualClock",
-           "SystemClock", "MemoryStore", *_errors]
+           "SystemClock", "MemoryStore", "diff", *_errors]

@@ -53,11 +53,22 @@ from ..events import Event
 from .content import ContentMixin
 from .state import ArmedTimeout, Invocation
 
-__all__ = ["Machine", "BudgetExceeded"]
+__all__ = ["Machine", "BudgetExceeded", "CACHE_LIMIT"]
 
 
 class BudgetExceeded(Exception):
     """Internal: the round budget ran out (the drive is abandoned)."""
+
+
+#: Entries per cache before it is emptied: event names come from outside, so no cache
+#: keyed by them may grow without bound.
+CACHE_LIMIT = 4096
+
+
+def _put(cache: dict[Any, Any], key: Any, value: Any) -> None:
+    if len(cache) >= CACHE_LIMIT:
+        cache.clear()
+    cache[key] = value
 
 
 def _name_match(descriptors: tuple[str, ...], name: str) -> bool:
@@ -189,7 +200,7 @@ class Machine(ContentMixin):
         chains = self.cache["eventless"].get(key)
         if chains is None:
             chains = self._chains(key, None)
-            self.cache["eventless"][key] = chains
+            _put(self.cache["eventless"], key, chains)
         if not chains:
             return []
         return self._pick(chains)
@@ -200,7 +211,7 @@ class Machine(ContentMixin):
         chains = self.cache["select"].get(key)
         if chains is None:
             chains = self._chains(key[0], event.name)
-            self.cache["select"][key] = chains
+            _put(self.cache["select"], key, chains)
         if not chains:
             return []
         return self._pick(chains)
@@ -265,7 +276,7 @@ class Machine(ContentMixin):
                     filtered.remove(t3)
                 filtered.append(t1)
         if not uses_history[0]:
-            self.cache["conflict"][key] = tuple(filtered)
+            _put(self.cache["conflict"], key, tuple(filtered))
         return filtered
 
     # ------------------------------------------------------------------ microstep
@@ -290,7 +301,7 @@ class Machine(ContentMixin):
             exit_set = self.compute_exit_set(enabled, uses_history)
             plan = (tuple(sorted(exit_set, reverse=True)), any(self.states[s].histories for s in exit_set))
             if not uses_history[0]:
-                self.cache["plan"][key] = plan
+                _put(self.cache["plan"], key, plan)
         return plan
 
     def _entry_plan(self, enabled: list[Transition]) -> tuple[Any, ...]:
@@ -309,7 +320,7 @@ class Machine(ContentMixin):
             self.compute_entry_set(enabled, to_enter, default_entry, default_history, uses_history)
             plan = (tuple(sorted(set(to_enter))), frozenset(default_entry), default_history)
             if not uses_history[0]:
-                self.cache["entry"][key] = plan
+                _put(self.cache["entry"], key, plan)
         return plan
 
     def exit_states(self, enabled: list[Transition]) -> None:

@@ -15,10 +15,20 @@ from ..datamodel.base import datamodel_for, pack_vars
 from ..effects import BudgetExhausted, Effect
 from ..events import SCXML_PROCESSOR, Event
 from ..exceptions import ChartIdentityMismatch, NotRunning
-from .algorithm import BudgetExceeded, Machine
+from .algorithm import BudgetExceeded, Machine, _put
 from .state import DONE, RUNNING, Position
 
 __all__ = ["Interpreter"]
+
+
+_UNKNOWN = object()
+
+
+def _advance(pos: Position, states: tuple[int, ...]) -> Position:
+    """``pos`` one macrostep later in configuration ``states``, everything else unchanged."""
+    return Position(pos.chart, pos.session_id, pos.status, states, pos.history, pos.data, pos.macrostep + 1,
+                    pos.send_counter, pos.ordinal, pos.invoke_counter, pos.invocations, pos.initialized,
+                    pos.parent, pos.invokeid, pos.timeouts, pos.routes, pos.ioprocessors, pos.callbacks)
 
 
 def _as_event(event: Event | str) -> Event:
@@ -48,6 +58,8 @@ class Interpreter:
         self.max_rounds = max_rounds
         self._dm = datamodel_for(chart)
         self._by_id = chart._by_id
+        self._static: dict[tuple[tuple[int, ...], str], tuple[int, ...] | None] = \
+            chart._caches.setdefault("static", {})
 
     # ------------------------------------------------------------------ verbs
     def start(self, session_id: str = "session", data: Mapping[str, Any] | None = None, *,
@@ -96,6 +108,13 @@ class Interpreter:
             raise ChartIdentityMismatch((self.chart.identity, self.chart.name, self.chart.version),
                                         (chart.identity, chart.name, chart.version))
         ev = _as_event(event)
+        if not position.timeouts and (not position.invocations or self._quiet_invocations(position, ev)):
+            fast = self._static.get((position.states, ev.name), _UNKNOWN)
+            if fast is _UNKNOWN:
+                fast = self._static_step(position.states, ev.name)
+                _put(self._static, (position.states, ev.name), fast)
+            if fast is not None:
+                return _advance(position, fast), ()
         m = self._machine(position, None, caller_context, macrostep=position.macrostep + 1)
         try:
             m.process_external(ev)
@@ -104,6 +123,51 @@ class Interpreter:
                                               macrostep=position.macrostep + 1, microstep=m.microstep_no,
                                               round=m.round_no),)
         return self._finish(position, m)
+
+    # ------------------------------------------------------------------ the static fast path
+    @staticmethod
+    def _quiet_invocations(pos: Position, ev: Event) -> bool:
+        return ev.invokeid is None and not any(i.autoforward for i in pos.invocations)
+
+    def _static_step(self, states: tuple[int, ...], name: str) -> tuple[int, ...] | None:
+        """The configuration a macrostep reaches when nothing in it can vary, else ``None``.
+
+        "Nothing can vary" means: the selected transitions have no conditions, and no state
+        exited or entered (nor any transition taken) has executable content, invocations,
+        data, history, timeouts or a final state, and the new configuration has no eventless
+        transitions. Such a macrostep depends only on (configuration, event name), so the
+        answer is computed once per chart and the drive is a lookup.
+        """
+        m = self._machine(Position(self.chart, "static", RUNNING, states), {}, None, macrostep=0)
+        chains = m._chains(states, name)
+        if any(chain[0].cond is not None for chain in chains):
+            return None
+        enabled = m._pick(chains)
+        if not enabled:
+            return None if m._chains(states, None) else states
+        st = self.chart.states
+        if any(t.content or any(st[x].kind == "history" for x in t.targets) for t in enabled):
+            return None
+        exit_set, records_history = m._exit_plan(enabled)
+        if records_history or any(st[s].onexit or st[s].invokes or st[s].timeouts for s in exit_set):
+            return None
+        uses_history = [False]
+        to_enter: list[int] = []
+        default_entry: set[int] = set()
+        default_history: dict[int, Any] = {}
+        m.config -= set(exit_set)
+        m.compute_entry_set(enabled, to_enter, default_entry, default_history, uses_history)
+        if uses_history[0] or default_history:
+            return None
+        for s in to_enter:
+            n = st[s]
+            if n.onentry or n.invokes or n.timeouts or n.data or n.kind == "final" or \
+                    (s in default_entry and n.initial is not None and n.initial.content):
+                return None
+        new = tuple(sorted(m.config | set(to_enter)))
+        if m._chains(new, None):
+            return None
+        return new
 
     # ------------------------------------------------------------------ plumbing
     def _ioprocessors(self, pos: Position) -> dict[str, Any]:
