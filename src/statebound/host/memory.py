@@ -91,6 +91,8 @@ class MemoryStore:
 
     def claim_due(self, now_ms: int, limit: int, node_id: str, lease_ms: int) -> list[TimerRow]:
         """Claim the earliest ready rows for ``node_id``."""
+        if limit <= 0:
+            return []
         with self._lock:
             ready = sorted((r for r in self._timers.values() if self._ready(r, now_ms)),
                            key=lambda r: (r.ready_at_ms, r.instance_id, r.ordinal))[:limit]

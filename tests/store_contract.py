@@ -1,0 +1,452 @@
+"""The Store contract, as tests any backend must pass.
+
+``StoreContract`` is a plain class (pytest does not collect it). A backend's test module
+subclasses it as ``Test<Backend>`` and provides the fixtures:
+
+* ``store`` (required): a fresh, empty store with ``keep_done=True``;
+* ``store_drop_done`` (optional): a fresh store that deletes rows on completion
+  (``keep_done=False``); the tests that need it skip when it is not overridden.
+
+Capability flags a subclass may turn off:
+
+* ``claims_are_exclusive``: ``claim_due`` writes a claim (``claimed_by``, lease) so that
+  another node cannot claim the row until the lease runs out. The protocol lets a backend
+  whose commit already guards the fire (DynamoDB) skip that write.
+
+Nothing here knows about a particular backend: time is passed in explicitly, and the
+only assertions are on the :class:`~statebound.host.store.Store` methods' results.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from statebound.exceptions import ConflictError
+from statebound.host.store import (CLAIMED, DEAD, DONE, PENDING, Commit, PositionWrite, Store,
+                                   TimerCompletion, TimerRef, TimerRow)
+
+__all__ = ["StoreContract", "create", "update", "delete", "timer", "put"]
+
+
+def create(store, iid, *, blob=b"blob-1", status="running", timers=(), chart="chart",
+           parent=None, timers_put=()):
+    """Create ``iid`` (expected version ``None``), optionally with timer rows."""
+    store.commit(Commit(writes=(PositionWrite(iid, chart, None, blob, status, tuple(timers),
+                                              parent),), timers_put=tuple(timers_put)))
+
+
+def update(iid, expected, *, blob=b"blob-n", status="running", timers=(), chart="chart",
+           parent=None):
+    """A PositionWrite replacing ``iid`` at ``expected`` version."""
+    return PositionWrite(iid, chart, expected, blob, status, tuple(timers), parent)
+
+
+def delete(iid, expected):
+    """A PositionWrite deleting ``iid`` (and purging its timer rows)."""
+    return PositionWrite(iid, "chart", expected, None, "cancelled")
+
+
+def timer(iid, ordinal, due, **kw):
+    """A pending TimerRow with plausible defaults."""
+    kw.setdefault("target_id", iid)
+    kw.setdefault("send_id", f"send-{ordinal}")
+    kw.setdefault("event", {"name": f"tick.{ordinal}", "data": {"n": ordinal}})
+    return TimerRow(instance_id=iid, ordinal=ordinal, due_at_ms=due, **kw)
+
+
+def put(store, *rows):
+    """Commit timer rows on their own."""
+    store.commit(Commit(timers_put=tuple(rows)))
+
+
+def keys(rows):
+    """The keys of some rows, in order."""
+    return [r.key for r in rows]
+
+
+class StoreContract:
+    """Backend-agnostic tests of the Store protocol (see the module docstring)."""
+
+    claims_are_exclusive = True
+
+    @pytest.fixture
+    def store_drop_done(self):
+        """Override to return a ``keep_done=False`` store."""
+        pytest.skip("this backend's tests provide no keep_done=False store")
+
+    def _needs_exclusive_claims(self):
+        if not self.claims_are_exclusive:
+            pytest.skip("backend does not write claims")
+
+    # ------------------------------------------------------------------ positions
+
+    def test_is_a_store(self, store):
+        assert isinstance(store, Store)
+
+    def test_load_missing_is_none(self, store):
+        assert store.load("nope") is None
+
+    def test_create_round_trips_every_field_at_version_1(self, store):
+        refs = (TimerRef(3, "s3"), TimerRef(7, "s7", "payment_timeout"))
+        blob = bytes(range(256))  # NULs and high bytes must survive
+        create(store, "order-1", blob=blob, status="running", timers=refs, chart="order",
+               parent="parent-9")
+        rec = store.load("order-1")
+        assert rec.instance_id == "order-1"
+        assert rec.chart == "order"
+        assert rec.version == 1
+        assert rec.blob == blob
+        assert rec.status == "running"
+        assert rec.timers == refs
+        assert rec.parent == "parent-9"
+
+    def test_update_increments_version_and_replaces_fields(self, store):
+        create(store, "a")
+        store.commit(Commit(writes=(update("a", 1, blob=b"two", status="done", chart="other",
+                                           timers=(TimerRef(1, "x"),), parent="p"),)))
+        rec = store.load("a")
+        assert (rec.version, rec.blob, rec.status, rec.chart, rec.parent) == (
+            2, b"two", "done", "other", "p")
+        assert rec.timers == (TimerRef(1, "x"),)
+        store.commit(Commit(writes=(update("a", 2, blob=b"three"),)))
+        rec = store.load("a")
+        assert (rec.version, rec.blob, rec.timers, rec.parent) == (3, b"three", (), None)
+
+    def test_stale_version_conflicts_and_writes_nothing(self, store):
+        create(store, "a", timers_put=[timer("a", 1, 100), timer("a", 2, 200)])
+        store.commit(Commit(writes=(update("a", 1, blob=b"v2"),)))
+        before = [store.get_timer(("a", 1)), store.get_timer(("a", 2))]
+        stale = Commit(writes=(update("a", 1, blob=b"stale"),),
+                       timers_put=(timer("a", 3, 300),), timers_delete=(("a", 1),),
+                       complete=TimerCompletion(("a", 2), "fired"))
+        with pytest.raises(ConflictError) as err:
+            store.commit(stale)
+        assert err.value.instance_id == "a"
+        assert err.value.current in (None, 2)
+        rec = store.load("a")
+        assert (rec.version, rec.blob) == (2, b"v2")
+        assert store.get_timer(("a", 3)) is None
+        assert [store.get_timer(("a", 1)), store.get_timer(("a", 2))] == before
+
+    def test_update_of_missing_instance_conflicts(self, store):
+        with pytest.raises(ConflictError):
+            store.commit(Commit(writes=(update("ghost", 1),), timers_put=(timer("ghost", 1, 5),)))
+        assert store.load("ghost") is None
+        assert store.get_timer(("ghost", 1)) is None
+
+    def test_create_of_existing_conflicts_and_writes_nothing(self, store):
+        create(store, "a", blob=b"first")
+        with pytest.raises(ConflictError) as err:
+            store.commit(Commit(writes=(PositionWrite("a", "chart", None, b"second", "running"),),
+                                timers_put=(timer("a", 1, 10),)))
+        assert err.value.instance_id == "a"
+        rec = store.load("a")
+        assert (rec.version, rec.blob) == (1, b"first")
+        assert store.get_timer(("a", 1)) is None
+
+    def test_one_commit_writes_several_positions(self, store):
+        create(store, "parent")
+        store.commit(Commit(writes=(update("parent", 1, blob=b"p2"),
+                                    PositionWrite("child", "c", None, b"c1", "running",
+                                                  parent="parent"))))
+        assert store.load("parent").version == 2
+        assert store.load("child").parent == "parent"
+
+    def test_conflict_on_any_write_writes_none_of_them(self, store):
+        create(store, "a")
+        create(store, "b")
+        with pytest.raises(ConflictError):
+            store.commit(Commit(writes=(update("a", 1, blob=b"new-a"), update("b", 7))))
+        assert store.load("a").version == 1
+        assert store.load("a").blob == b"blob-1"
+
+    def test_delete_purges_its_timers_and_only_its_timers(self, store):
+        create(store, "a", timers_put=[timer("a", 1, 10), timer("a", 2, 20)])
+        create(store, "b", timers_put=[timer("b", 1, 10, target_id="a")])
+        # a done row of "a" is purged too
+        store.commit(Commit(complete=TimerCompletion(("a", 1), "fired")))
+        store.commit(Commit(writes=(delete("a", 1),)))
+        assert store.load("a") is None
+        assert store.get_timer(("a", 1)) is None
+        assert store.get_timer(("a", 2)) is None
+        assert store.pending_timers("a") == []
+        assert keys(store.pending_timers("b")) == [("b", 1)]
+        assert store.load("b").version == 1
+
+    def test_delete_with_stale_version_conflicts(self, store):
+        create(store, "a", timers_put=[timer("a", 1, 10)])
+        with pytest.raises(ConflictError):
+            store.commit(Commit(writes=(delete("a", 5),)))
+        assert store.load("a").version == 1
+        assert store.get_timer(("a", 1)) is not None
+
+    def test_deleted_id_can_be_created_again(self, store):
+        create(store, "a")
+        store.commit(Commit(writes=(delete("a", 1),)))
+        create(store, "a", blob=b"again")
+        assert (store.load("a").version, store.load("a").blob) == (1, b"again")
+
+    # ------------------------------------------------------------------ timer rows
+
+    def test_timer_row_round_trips_every_field(self, store):
+        row = TimerRow(
+            instance_id="a", ordinal=42, target_id="parent-1", due_at_ms=1_700_000_000_123,
+            send_id="s-42", event={"name": "pay.timeout", "data": {"amount": 10.5, "ok": True,
+                                                                   "tags": ["x", None],
+                                                                   "raw": b"\x00\xff"},
+                                   "type": "external", "sendid": "s-42", "origin": None,
+                                   "origintype": None, "invokeid": None},
+            name="payment_timeout",
+            dedup={"macrostep": 3, "microstep": 1, "round": 0, "c_index": 2,
+                   "owner": "Pending", "id_from_author": True},
+            caller_context={"request": "r-1", "n": [1, 2]})
+        put(store, row)
+        assert store.get_timer(("a", 42)) == row
+
+    def test_get_timer_missing_is_none(self, store):
+        assert store.get_timer(("a", 1)) is None
+
+    def test_timers_put_overwrites_same_key(self, store):
+        put(store, timer("a", 1, 10, send_id="old"))
+        put(store, timer("a", 1, 99, send_id="new"))
+        row = store.get_timer(("a", 1))
+        assert (row.send_id, row.due_at_ms) == ("new", 99)
+        assert len(store.pending_timers("a")) == 1
+
+    def test_timers_delete_removes_rows_and_ignores_missing(self, store):
+        put(store, timer("a", 1, 10), timer("a", 2, 20))
+        store.commit(Commit(timers_delete=(("a", 1), ("a", 99), ("zz", 1))))
+        assert store.get_timer(("a", 1)) is None
+        assert keys(store.pending_timers("a")) == [("a", 2)]
+
+    def test_position_and_timers_commit_together(self, store):
+        create(store, "a")
+        put(store, timer("a", 1, 10))
+        store.commit(Commit(writes=(update("a", 1, timers=(TimerRef(2, "send-2"),)),),
+                            timers_put=(timer("a", 2, 20),), timers_delete=(("a", 1),)))
+        assert store.load("a").timers == (TimerRef(2, "send-2"),)
+        assert keys(store.pending_timers("a")) == [("a", 2)]
+
+    def test_empty_commit_is_harmless(self, store):
+        store.commit(Commit())
+        assert store.next_due() is None
+
+    # ------------------------------------------------------------------ completion
+
+    def test_completion_marks_done_with_outcome_and_reason(self, store):
+        create(store, "a", timers_put=[timer("a", 1, 10)])
+        [claimed] = store.claim_due(10, 10, "n1", 1000)
+        store.commit(Commit(writes=(update("a", 1),),
+                            complete=TimerCompletion(claimed.key, "discarded",
+                                                     "instance not running", node_id="n1")))
+        row = store.get_timer(("a", 1))
+        assert row.state == DONE
+        assert (row.outcome, row.reason) == ("discarded", "instance not running")
+        assert row.claimed_by is None and row.claim_expires_ms is None
+        assert store.pending_timers("a") == []
+        assert store.claim_due(10_000, 10, "n2", 1000) == []
+        assert store.next_due() is None
+        assert store.load("a").version == 2
+
+    def test_second_completion_conflicts(self, store):
+        put(store, timer("a", 1, 10))
+        store.claim_due(10, 10, "n1", 1000)
+        store.commit(Commit(complete=TimerCompletion(("a", 1), "fired", node_id="n1")))
+        with pytest.raises(ConflictError):
+            store.commit(Commit(complete=TimerCompletion(("a", 1), "fired", node_id="n1")))
+        assert store.get_timer(("a", 1)).outcome == "fired"
+
+    def test_completion_of_missing_row_conflicts(self, store):
+        with pytest.raises(ConflictError):
+            store.commit(Commit(complete=TimerCompletion(("a", 1), "fired")))
+
+    def test_completion_by_wrong_claimant_conflicts(self, store):
+        self._needs_exclusive_claims()
+        put(store, timer("a", 1, 10))
+        store.claim_due(10, 10, "n1", 1000)
+        with pytest.raises(ConflictError):
+            store.commit(Commit(complete=TimerCompletion(("a", 1), "fired", node_id="n2")))
+        row = store.get_timer(("a", 1))
+        assert (row.state, row.claimed_by) == (CLAIMED, "n1")
+
+    def test_completion_of_unclaimed_pending_row_is_allowed(self, store):
+        # A backend without claim writes completes straight from pending.
+        put(store, timer("a", 1, 10))
+        store.commit(Commit(complete=TimerCompletion(("a", 1), "fired", node_id="n1")))
+        assert store.get_timer(("a", 1)).state == DONE
+
+    def test_completion_of_dead_row_conflicts(self, store):
+        put(store, timer("a", 1, 10))
+        store.claim_due(10, 10, "n1", 1000)
+        store.release(("a", 1), "n1", error="boom", next_attempt_at_ms=20, dead=True)
+        with pytest.raises(ConflictError):
+            store.commit(Commit(complete=TimerCompletion(("a", 1), "fired", node_id="n1")))
+        assert store.get_timer(("a", 1)).state == DEAD
+
+    def test_failing_completion_writes_nothing(self, store):
+        create(store, "a", timers_put=[timer("a", 1, 10)])
+        create(store, "b")
+        bad = Commit(writes=(update("a", 1, blob=b"moved"),
+                             PositionWrite("c", "chart", None, b"new", "running")),
+                     timers_put=(timer("a", 2, 20),), timers_delete=(("a", 1),),
+                     complete=TimerCompletion(("b", 9), "fired"))
+        with pytest.raises(ConflictError):
+            store.commit(bad)
+        assert (store.load("a").version, store.load("a").blob) == (1, b"blob-1")
+        assert store.load("c") is None
+        assert keys(store.pending_timers("a")) == [("a", 1)]
+
+    def test_completion_with_delete_of_same_row_in_one_commit(self, store):
+        # The completion is checked against the rows as they were before the commit.
+        put(store, timer("a", 1, 10))
+        store.commit(Commit(timers_delete=(("a", 1),),
+                            complete=TimerCompletion(("a", 1), "fired")))
+        assert store.get_timer(("a", 1)) is None
+
+    def test_completion_drops_row_when_not_keeping_done(self, store_drop_done):
+        store = store_drop_done
+        put(store, timer("a", 1, 10), timer("a", 2, 20))
+        store.commit(Commit(complete=TimerCompletion(("a", 1), "fired")))
+        assert store.get_timer(("a", 1)) is None
+        assert keys(store.pending_timers("a")) == [("a", 2)]
+        with pytest.raises(ConflictError):
+            store.commit(Commit(complete=TimerCompletion(("a", 1), "fired")))
+
+    # ------------------------------------------------------------------ claims
+
+    def test_claim_due_earliest_first_and_respects_limit(self, store):
+        put(store, timer("a", 1, 30), timer("b", 1, 10), timer("c", 1, 20), timer("d", 1, 40))
+        first = store.claim_due(35, 2, "n1", 10_000)
+        assert keys(first) == [("b", 1), ("c", 1)]
+        assert keys(store.claim_due(35, 2, "n1", 10_000)) == [("a", 1)]
+        assert store.claim_due(35, 2, "n1", 10_000) == []
+
+    def test_claim_due_is_inclusive_of_now_and_skips_future_rows(self, store):
+        put(store, timer("a", 1, 100))
+        assert store.claim_due(99, 10, "n1", 1000) == []
+        assert keys(store.claim_due(100, 10, "n1", 1000)) == [("a", 1)]
+
+    def test_claimed_row_carries_the_claim(self, store):
+        row = timer("a", 1, 10, caller_context={"k": "v"})
+        put(store, row)
+        [claimed] = store.claim_due(50, 10, "n1", 500)
+        assert claimed.event == row.event and claimed.caller_context == {"k": "v"}
+        assert claimed.due_at_ms == 10
+        if self.claims_are_exclusive:
+            assert (claimed.state, claimed.claimed_by, claimed.claim_expires_ms) == (
+                CLAIMED, "n1", 550)
+            assert store.get_timer(("a", 1)) == claimed
+
+    def test_claimed_rows_not_reclaimed_until_lease_expires(self, store):
+        self._needs_exclusive_claims()
+        put(store, timer("a", 1, 10), timer("a", 2, 10))
+        assert len(store.claim_due(10, 1, "n1", 100)) == 1
+        assert keys(store.claim_due(50, 10, "n2", 100)) == [("a", 2)]
+        assert store.claim_due(109, 10, "n3", 100) == []
+        [again] = store.claim_due(110, 10, "n3", 100)   # n1's lease ran out at 110
+        assert again.key == ("a", 1)
+        assert (again.claimed_by, again.claim_expires_ms) == ("n3", 210)
+
+    def test_next_due_while_claimed_is_lease_expiry(self, store):
+        self._needs_exclusive_claims()
+        put(store, timer("a", 1, 10))
+        store.claim_due(10, 10, "n1", 100)
+        assert store.next_due() == 110
+
+    def test_claim_due_with_zero_limit_claims_nothing(self, store):
+        put(store, timer("a", 1, 10))
+        assert store.claim_due(10, 0, "n1", 100) == []
+        assert store.get_timer(("a", 1)).state == PENDING
+
+    # ------------------------------------------------------------------ release, dead, retry
+
+    def test_release_counts_attempts_and_backs_off(self, store):
+        put(store, timer("a", 1, 10))
+        store.claim_due(10, 10, "n1", 100)
+        store.release(("a", 1), "n1", error="send failed", next_attempt_at_ms=500, dead=False)
+        row = store.get_timer(("a", 1))
+        assert (row.state, row.attempts, row.last_error, row.next_attempt_at_ms) == (
+            PENDING, 1, "send failed", 500)
+        assert row.claimed_by is None and row.claim_expires_ms is None
+        assert row.due_at_ms == 10
+        assert store.next_due() == 500
+        assert store.claim_due(499, 10, "n1", 100) == []
+        [again] = store.claim_due(500, 10, "n2", 100)
+        assert again.attempts == 1
+        store.release(("a", 1), "n2", error="again", next_attempt_at_ms=900, dead=False)
+        assert store.get_timer(("a", 1)).attempts == 2
+
+    def test_release_by_another_node_is_a_noop(self, store):
+        self._needs_exclusive_claims()
+        put(store, timer("a", 1, 10))
+        store.claim_due(10, 10, "n1", 100)
+        store.release(("a", 1), "n2", error="x", next_attempt_at_ms=500, dead=True)
+        row = store.get_timer(("a", 1))
+        assert (row.state, row.claimed_by, row.attempts) == (CLAIMED, "n1", 0)
+
+    def test_release_of_missing_or_done_row_is_a_noop(self, store):
+        store.release(("a", 1), "n1", error="x", next_attempt_at_ms=5, dead=False)
+        put(store, timer("a", 1, 10))
+        store.commit(Commit(complete=TimerCompletion(("a", 1), "fired")))
+        store.release(("a", 1), "n1", error="x", next_attempt_at_ms=5, dead=False)
+        row = store.get_timer(("a", 1))
+        assert (row.state, row.attempts, row.last_error) == (DONE, 0, None)
+
+    def test_release_dead_parks_the_row(self, store):
+        put(store, timer("a", 1, 10), timer("a", 2, 10))
+        store.claim_due(10, 10, "n1", 100)
+        store.release(("a", 1), "n1", error="gave up", next_attempt_at_ms=20, dead=True)
+        row = store.get_timer(("a", 1))
+        assert (row.state, row.attempts, row.last_error) == (DEAD, 1, "gave up")
+        assert keys(store.dead_timers()) == [("a", 1)]
+        assert keys(store.pending_timers("a")) == [("a", 1), ("a", 2)]  # dead is not done
+        store.release(("a", 2), "n1", error="fine", next_attempt_at_ms=20, dead=False)
+        assert keys(store.claim_due(10_000, 10, "n1", 100_000)) == [("a", 2)]  # not the dead one
+        assert store.claim_due(20_000, 10, "n1", 100) == []
+
+    def test_next_due_ignores_dead_and_done(self, store):
+        put(store, timer("a", 1, 10), timer("a", 2, 20), timer("a", 3, 30))
+        store.claim_due(10, 1, "n1", 100)
+        store.release(("a", 1), "n1", error="x", next_attempt_at_ms=11, dead=True)
+        store.commit(Commit(complete=TimerCompletion(("a", 2), "fired")))
+        assert store.next_due() == 30
+
+    def test_dead_timers_respects_limit(self, store):
+        put(store, *[timer("a", i, 10) for i in range(5)])
+        store.claim_due(10, 10, "n1", 100)
+        for i in range(5):
+            store.release(("a", i), "n1", error="x", next_attempt_at_ms=20, dead=True)
+        assert len(store.dead_timers(limit=3)) == 3
+        assert len(store.dead_timers()) == 5
+        assert all(r.state == DEAD for r in store.dead_timers())
+
+    def test_retry_timer_revives_a_dead_row(self, store):
+        put(store, timer("a", 1, 10))
+        store.claim_due(10, 10, "n1", 100)
+        store.release(("a", 1), "n1", error="x", next_attempt_at_ms=5000, dead=True)
+        assert store.retry_timer(("a", 1), 1000) is True
+        row = store.get_timer(("a", 1))
+        assert (row.state, row.attempts, row.due_at_ms, row.next_attempt_at_ms,
+                row.last_error) == (PENDING, 0, 1000, None, None)
+        assert list(store.dead_timers()) == []
+        assert store.next_due() == 1000
+        assert keys(store.claim_due(1000, 10, "n2", 100)) == [("a", 1)]
+
+    def test_retry_timer_of_live_or_missing_row_is_false(self, store):
+        put(store, timer("a", 1, 10))
+        assert store.retry_timer(("a", 1), 1000) is False
+        assert store.retry_timer(("zz", 1), 1000) is False
+        assert store.get_timer(("a", 1)).due_at_ms == 10
+
+    # ------------------------------------------------------------------ queries
+
+    def test_next_due_is_earliest_ready_time(self, store):
+        assert store.next_due() is None
+        put(store, timer("a", 1, 300), timer("b", 1, 100), timer("c", 1, 200))
+        assert store.next_due() == 100
+
+    def test_pending_timers_by_ordinal_excluding_done_and_others(self, store):
+        put(store, timer("a", 3, 10), timer("a", 1, 30), timer("a", 2, 20), timer("b", 1, 5))
+        store.commit(Commit(complete=TimerCompletion(("a", 2), "fired")))
+        assert keys(store.pending_timers("a")) == [("a", 1), ("a", 3)]
+        assert store.pending_timers("nobody") == []
