@@ -2,20 +2,34 @@
 
 A pure W3C SCXML interpreter (``Interpreter.drive(position, event) -> (position, effects)``),
 a version-stamped position blob, and hosts that keep positions and durable timers in
-SQLite or DynamoDB. ``statebound.dynamodb`` (the ``aws`` extra) is imported separately.
+SQLite or DynamoDB.
+
+The facade is deliberately small: charts, the interpreter and its values, the host and
+its parts, and the error tree. ``statebound.dynamodb`` (the ``aws`` extra) is imported
+on its own, and ``SQLiteStore`` is loaded on first use so that ``import statebound``
+pulls in neither boto3 nor sqlite3.
 """
 
+from typing import Any
+
 from . import effects
+from . import position as _position  # registers the blob codec on Position
 from .chart import Chart
 from .events import Event
 from .exceptions import *  # noqa: F401,F403  (the error tree is part of the facade)
 from .exceptions import __all__ as _errors
 from .host import Host, ManualClock, MemoryStore, Sweeper, SystemClock
 from .interpreter import Interpreter, Position
-from . import position as _position  # registers the blob codec
 from .position import diff
 
 __version__ = "0.1.0"
 
-__all__ = ["Chart", "Interpreter", "Position", "Event", "effects", "Host", "Sweeper", "ManualClock",
-           "SystemClock", "MemoryStore", "diff", *_errors]
+__all__ = ["Chart", "Interpreter", "Position", "Event", "effects", "diff", "Host", "Sweeper", "ManualClock",
+           "SystemClock", "MemoryStore", "SQLiteStore", *_errors]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "SQLiteStore":
+        from .host.sqlite import SQLiteStore
+        return SQLiteStore
+    raise AttributeError(f"module 'statebound' has no attribute {name!r}")
