@@ -5,12 +5,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["Event", "SCXML_PROCESSOR", "BASICHTTP_PROCESSOR"]
+__all__ = ["Event", "SCXML_PROCESSOR", "BASICHTTP_PROCESSOR", "CANCEL_EVENT"]
 
 #: The type URI of the SCXML event I/O processor (W3C SCXML §C.1).
 SCXML_PROCESSOR = "http://www.w3.org/TR/scxml/#SCXMLEventProcessor"
 #: The type URI of the Basic HTTP event I/O processor (W3C SCXML §C.2).
 BASICHTTP_PROCESSOR = "http://www.w3.org/TR/scxml/#BasicHTTPEventProcessor"
+
+
+#: Name of the platform event that cancels a session (Appendix D's ``isCancelEvent``).
+CANCEL_EVENT = "cancel"
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,6 +43,17 @@ class Event:
     origintype: str | None = None
     invokeid: str | None = None
     raw: str | None = None
+
+    @classmethod
+    def cancel(cls) -> "Event":
+        """The event that cancels a session: every state is exited, status becomes ``cancelled``."""
+        return cls(CANCEL_EVENT, None, "platform")
+
+    @property
+    def is_cancel(self) -> bool:
+        """True for the cancel event (a *platform* event named ``cancel``; senders cannot forge it
+        with an ordinary external event)."""
+        return self.type == "platform" and self.name == CANCEL_EVENT
 
     def to_dict(self) -> dict[str, Any]:
         """Return the event as a plain dict (what timer rows store)."""

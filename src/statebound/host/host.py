@@ -194,6 +194,16 @@ class Host:
             return self._result(u, instance_id)
         return self._run(unit)
 
+    def cancel(self, instance_id: str, *, caller_context: Any = None) -> Position:
+        """Cancel a running instance: its states are exited (onexit runs, children are
+        cancelled) and its status becomes ``cancelled``. Its pending timers are discarded
+        when they come due.
+
+        :raises InstanceNotFound: no such instance.
+        :raises NotRunning: it has already halted.
+        """
+        return self.send(instance_id, Event.cancel(), caller_context=caller_context)
+
     def get(self, instance_id: str) -> Position:
         """The instance's current position.
 

@@ -110,6 +110,7 @@ class Machine(ContentMixin):
         self.microstep_no = 0
         self.round_no = 0
         self.final_config: tuple[int, ...] | None = None
+        self.cancelled = False
         self.cache: dict[str, dict[Any, Any]] = chart._caches.setdefault("algo", {
             "select": {}, "conflict": {}, "plan": {}, "entry": {}, "eventless": {}})
         self.late = chart.binding == "late"
@@ -139,6 +140,11 @@ class Machine(ContentMixin):
 
     def process_external(self, event: Event) -> None:
         """``mainEventLoop`` from the dequeue of an external event to the end of its macrostep."""
+        if event.is_cancel:  # Appendix D: isCancelEvent -> running = false, then exitInterpreter
+            self.running = False
+            self.cancelled = True
+            self.exit_interpreter()
+            return
         self.ctx.set_event(event)
         self.current_event = event.name
         for inv in self.invocations:

@@ -16,7 +16,7 @@ from ..effects import BudgetExhausted, Effect
 from ..events import SCXML_PROCESSOR, Event
 from ..exceptions import ChartIdentityMismatch, NotRunning
 from .algorithm import BudgetExceeded, Machine, _put
-from .state import DONE, RUNNING, Position
+from .state import CANCELLED, DONE, RUNNING, Position
 
 __all__ = ["Interpreter"]
 
@@ -95,7 +95,9 @@ class Interpreter:
         """Process one external event: one macrostep of the W3C algorithm.
 
         :param position: the current position (never modified).
-        :param event: an :class:`~statebound.Event` or a bare event name.
+        :param event: an :class:`~statebound.Event` or a bare event name. ``Event.cancel()``
+            cancels the session: every state is exited (onexit runs, invocations and timeouts
+            are cancelled) and the status becomes ``cancelled``.
         :param caller_context: an opaque host value copied onto the effects it causes.
         :return: ``(new_position, effects)``.
         :raises NotRunning: if the position has halted.
@@ -108,7 +110,7 @@ class Interpreter:
             raise ChartIdentityMismatch((self.chart.identity, self.chart.name, self.chart.version),
                                         (chart.identity, chart.name, chart.version))
         ev = _as_event(event)
-        if not position.timeouts and (not position.invocations or self._quiet_invocations(position, ev)):
+        if not ev.is_cancel and not position.timeouts and (not position.invocations or self._quiet_invocations(position, ev)):
             fast = self._static.get((position.states, ev.name), _UNKNOWN)
             if fast is _UNKNOWN:
                 fast = self._static_step(position.states, ev.name)
@@ -201,7 +203,7 @@ class Interpreter:
     def _finish(self, pos: Position, m: Machine) -> tuple[Position, tuple[Effect, ...]]:
         halted = not m.running
         new = Position(
-            self.chart, pos.session_id, DONE if halted else RUNNING,
+            self.chart, pos.session_id, (CANCELLED if m.cancelled else DONE) if halted else RUNNING,
             m.final_config if halted and m.final_config is not None else tuple(sorted(m.config)),
             tuple(sorted(m.history.items())), pack_vars(m.ctx.variables()), m.macrostep_no, m.send_counter,
             m.ordinal, m.invoke_counter, tuple(m.invocations), tuple(sorted(m.initialized)), pos.parent,
