@@ -157,7 +157,7 @@ def _digest(chart: Chart) -> bytes:
 
 def _header(chart: Chart, tag: int) -> bytes:
     """The header bytes of ``chart`` for codec ``tag``, cached on the chart (hot path)."""
-    key = ("position.header", tag)
+    key = f"position.header.{tag}"
     h = chart._caches.get(key)
     if h is None:
         name = chart.name.encode()
@@ -272,11 +272,20 @@ def _fields(pos: Position, data: Any, data_default: Any) -> list[Any]:
          pos.invoke_counter, pos.history, timeouts,
          [(i.invokeid, i.state, i.index, i.autoforward) for i in pos.invocations],
          pos.initialized, pos.parent, pos.invokeid]
-    defaults = (None, None, None, data_default, 0, 0, 0, 0, _EMPTY, _EMPTY, _EMPTY, _EMPTY, None, None)
     n = len(f)
-    while n > _V1_MIN and (f[n - 1] == defaults[n - 1] or (n >= 9 and n <= 12 and not f[n - 1])):
+    while n > _V1_MIN and _is_default(n - 1, f[n - 1], data_default):
         n -= 1
     return f[:n]
+
+
+def _is_default(k: int, v: Any, data_default: Any) -> bool:
+    if k == 3:
+        return v == data_default
+    if 4 <= k <= 7:
+        return v == 0
+    if 8 <= k <= 11:
+        return not v  # an empty tuple or list, whichever the position holds
+    return v is None
 
 
 def to_bytes(pos: Position, codec: str = "msgpack") -> bytes:
@@ -440,13 +449,14 @@ def _build(chart: Chart, f: list[Any], cbor: bool) -> Position:
         elif type(v) is not list:
             raise _bad(f"{_V1_FIELDS[k]} must be an array")
     return _assemble(chart, session_id, status_name, f[2], data, counters, f[8], f[9], f[10], f[11],
-                     _opt_str(f[12], "parent"), _opt_str(f[13], "invokeid"), _bad)
+                     _opt_str(f[12], "parent"), _opt_str(f[13], "invokeid"))
 
 
 def _assemble(chart: Chart, session_id: str, status: str, states_in: Any, data: bytes, counters: list[int],
               history_in: Any, timeouts_in: Any, invocations_in: Any, initialized_in: Any,
-              parent: str | None, invokeid: str | None, bad: Callable[[str], Exception]) -> Position:
+              parent: str | None, invokeid: str | None) -> Position:
     """Check every index against ``chart`` and build the position (shared by decode and import)."""
+    bad = _bad
     nodes = chart.states
     n_states = len(nodes)
     running = status == RUNNING
@@ -620,9 +630,9 @@ def import_(data: Mapping[str, Any], chart: Chart, *, mapping: Mapping[str, str]
     fmt = data.get("format")
     if fmt not in READABLE_VERSIONS:
         raise UnsupportedFormatVersion(fmt if type(fmt) is int else -1, sorted(READABLE_VERSIONS))
-    if mapping:
-        data = remap(data, mapping)
     try:
+        if mapping:
+            data = remap(data, mapping)
         return _import(data, chart)
     except MigrationError:
         raise
@@ -670,7 +680,7 @@ def _import(data: Mapping[str, Any], chart: Chart) -> Position:
     counters = [_int(c.get(k, 0), k) for k in ("macrostep", "send_counter", "ordinal", "invoke_counter")]
     return _assemble(chart, session_id, status, states, packed, counters, history, timeouts, invocations,
                      initialized, _opt_str(data.get("parent"), "parent"),
-                     _opt_str(data.get("invokeid"), "invokeid"), _bad)
+                     _opt_str(data.get("invokeid"), "invokeid"))
 
 
 # --------------------------------------------------------------------------- diff

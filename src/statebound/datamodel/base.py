@@ -80,23 +80,44 @@ def _default(obj: Any) -> Any:
 _packer_opts = {"use_bin_type": True, "default": _default, "datetime": False}
 
 
+def _roundtrip(value: Any) -> bytes:
+    # msgpack packs tuple keys as arrays, which no reader can turn back into dict keys:
+    # decoding once here is what makes "it packed" mean "it will load".
+    blob = msgpack.packb(value, **_packer_opts)
+    msgpack.unpackb(blob, raw=False, strict_map_key=False)
+    return blob
+
+
 def pack_vars(values: Mapping[str, Any]) -> bytes:
     """Encode datamodel variables (msgpack). Raises :class:`SerializationError`."""
+    if not values:
+        return b""
     try:
-        return msgpack.packb(values, **_packer_opts)
+        return _roundtrip(values)
     except (TypeError, ValueError, OverflowError) as exc:
         raise SerializationError(f"datamodel value cannot be stored: {exc}") from None
 
 
 def unpack_vars(blob: bytes) -> dict[str, Any]:
-    """Decode datamodel variables written by :func:`pack_vars` (fresh objects each call)."""
-    return msgpack.unpackb(blob, raw=False, strict_map_key=False) if blob else {}
+    """Decode datamodel variables written by :func:`pack_vars` (fresh objects each call).
+
+    :raises SerializationError: if the bytes are not a datamodel.
+    """
+    if not blob:
+        return {}
+    try:
+        out = msgpack.unpackb(blob, raw=False, strict_map_key=False)
+    except (TypeError, ValueError, msgpack.ExtraData, msgpack.FormatError, msgpack.StackError) as exc:
+        raise SerializationError(f"stored datamodel cannot be decoded: {exc}") from None
+    if not isinstance(out, dict):
+        raise SerializationError("stored datamodel is not a mapping")
+    return out
 
 
 def check_serializable(value: Any, what: str = "value") -> None:
     """Raise :class:`EvaluationError` if ``value`` cannot be stored in a position."""
     try:
-        msgpack.packb(value, **_packer_opts)
+        _roundtrip(value)
     except (TypeError, ValueError, OverflowError) as exc:
         raise EvaluationError(f"{what} cannot be stored in the datamodel (msgpack): {exc}") from None
 
