@@ -145,9 +145,14 @@ class Position:
         return _codec().export(self)
 
     @classmethod
-    def import_(cls, data: Mapping[str, Any], chart: Chart) -> "Position":
-        """Build a position on ``chart`` from :meth:`export` output, checking it is legal there."""
-        return _codec().import_(data, chart)
+    def import_(cls, data: Mapping[str, Any], chart: Chart, *,
+                mapping: Mapping[str, str] | None = None) -> "Position":
+        """Build a position on ``chart`` from :meth:`export` output, checking it is legal there.
+
+        :param mapping: ``{old_id: new_id}`` renames to apply first (see :func:`statebound.diff`).
+        :raises PositionError: a ``MigrationError`` listing every unknown id at once.
+        """
+        return _codec().import_(data, chart, mapping=mapping)
 
     def __repr__(self) -> str:
         conf = ",".join(sorted(self.configuration))
