@@ -116,6 +116,7 @@ class Machine(ContentMixin):
         self.late = chart.binding == "late"
         self.ordinal_at_microstep = ordinal
         self.current_event: str | None = None
+        self.current_sendid: str | None = None
         self.ioprocessors: Any = None
         self.start_data: dict[str, Any] | None = None
 
@@ -147,6 +148,7 @@ class Machine(ContentMixin):
             return
         self.ctx.set_event(event)
         self.current_event = event.name
+        self.current_sendid = event.sendid
         for inv in self.invocations:
             if event.invokeid and inv.invokeid == event.invokeid:
                 spec = self.states[inv.state].invokes[inv.index]
@@ -170,6 +172,7 @@ class Machine(ContentMixin):
                     ev = self.internal.popleft()
                     self.ctx.set_event(ev)
                     self.current_event = ev.name
+                    self.current_sendid = ev.sendid
                     enabled = self.select_transitions(ev)
                 if enabled:
                     self.microstep(enabled)

@@ -350,20 +350,33 @@ class ContentMixin:
             raise EvaluationError(f"<sb:timeout atexpr> gave {v!r}, not epoch ms or an ISO-8601 instant")
         return None, at
 
-    def arm_timeout(self, spec: TimeoutSpec, delay: int | None, at: int | None) -> None:
+    def arm_timeout(self, spec: TimeoutSpec, delay: int | None, at: int | None,
+                    replacing: ArmedTimeout | None = None) -> None:
+        """Emit the next generation of ``spec`` (after a ``Cancel`` of ``replacing``, if given).
+
+        The payload is evaluated and checked first, so an ``EvaluationError`` leaves no
+        effect behind (in particular no ``Cancel`` without its replacement).
+        """
         m = self
         data = None
         if spec.data is not None:
             data = self.ctx.evaluate(spec.data)
         elif spec.namelist:
             data = self._params(spec.namelist, ())
+        check_serializable(data, "<sb:timeout> data")
         node = self.states[spec.state]
         send_id = f"sb.timeout.{node.id}.{spec.name}"
+        if replacing is not None:
+            m.ordinal += 1  # type: ignore[attr-defined]
+            self.effects.append(Cancel(send_id=replacing.send_id, c_index=None, owner=replacing.state,
+                                       ordinal=m.ordinal, caller_context=m.caller_context,  # type: ignore[attr-defined]
+                                       **self.stamp()))
         m.ordinal += 1  # type: ignore[attr-defined]
         self.effects.append(SendDelayed(
             event=spec.event, target=None, type=SCXML_PROCESSOR, data=data, send_id=send_id, delay_ms=delay,
             at_ms=at, c_index=spec.c_index, owner=spec.state, ordinal=m.ordinal,  # type: ignore[attr-defined]
-            id_from_author=False, origin=f"#_scxml_{m.session_id}", name=spec.name,  # type: ignore[attr-defined]
+            # delivered with this sendid, so a stay can tell which of two same-event timers fired
+            id_from_author=True, origin=f"#_scxml_{m.session_id}", name=spec.name,  # type: ignore[attr-defined]
             caller_context=m.caller_context, **self.stamp()))  # type: ignore[attr-defined]
         m.timeouts[(spec.state, spec.name)] = ArmedTimeout(spec.state, spec.name, m.ordinal,  # type: ignore[attr-defined]
                                                            send_id, at)
@@ -390,26 +403,27 @@ class ContentMixin:
         """A stay re-arms the timer whose event triggered it, and an ``atexpr`` that moved."""
         m = self
         trigger = m.current_event  # type: ignore[attr-defined]
+        sendid = m.current_sendid  # type: ignore[attr-defined]
+        # A timeout's own row arrives with its send id: then exactly that timer is "the one
+        # whose event triggered the stay", even when another timer shares the event name.
+        by_row = sendid is not None and sendid.startswith("sb.timeout.")
         for (s, name), armed in list(m.timeouts.items()):  # type: ignore[attr-defined]
             if s not in self.config or armed.ordinal > m.ordinal_at_microstep:  # type: ignore[attr-defined]
                 continue  # exited, or armed by this very microstep
             spec = next(t for t in self.states[s].timeouts if t.name == name)
+            triggered = trigger is not None and trigger == spec.event and any(t.events for t in enabled) \
+                and (not by_row or armed.send_id == sendid)
+            if not triggered and spec.kind != "atexpr":
+                continue
             try:
-                if trigger is not None and trigger == spec.event and any(t.events for t in enabled):
-                    delay, at = self._deadline(spec)
-                elif spec.kind == "atexpr":
-                    delay, at = self._deadline(spec)
-                    if at == armed.at_ms:
-                        continue
-                else:
+                delay, at = self._deadline(spec)
+                # an absolute deadline that did not move is left alone, even when its own event
+                # triggered the stay: once the instant has passed, a new row would fire at once, forever
+                if at is not None and at == armed.at_ms:
                     continue
+                self.arm_timeout(spec, delay, at, replacing=armed)
             except EvaluationError as exc:
                 self.raise_error("error.execution", str(exc))
-                continue
-            m.ordinal += 1  # type: ignore[attr-defined]
-            self.effects.append(Cancel(send_id=armed.send_id, c_index=None, owner=s, ordinal=m.ordinal,  # type: ignore[attr-defined]
-                                       caller_context=m.caller_context, **self.stamp()))  # type: ignore[attr-defined]
-            self.arm_timeout(spec, delay, at)
 
 
 def _with_id(exc: EvaluationError, send_id: str) -> EvaluationError:
