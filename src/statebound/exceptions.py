@@ -9,6 +9,7 @@ so a host can catch the whole family in one clause and still tell the cases apar
     │   └── ChartValidationError      a well-formed document that breaks the rules (all problems)
     ├── EvaluationError               an expression failed (internal: becomes error.execution)
     ├── NotRunning                    drive/send on a halted position or instance
+    ├── BudgetExceeded                start() did not settle within max_rounds
     ├── SerializationError            a value that cannot be stored (msgpack/cbor)
     ├── PositionError                 a blob that cannot be loaded
     │   ├── NotAPosition
@@ -42,6 +43,7 @@ __all__ = [
     "Problem",
     "EvaluationError",
     "NotRunning",
+    "BudgetExceeded",
     "SerializationError",
     "PositionError",
     "NotAPosition",
@@ -143,6 +145,14 @@ class NotRunning(StateboundError):
     def __init__(self, message: str, status: str | None = None) -> None:
         self.status = status
         super().__init__(message)
+
+
+class BudgetExceeded(StateboundError):
+    """``Interpreter.start`` ran ``max_rounds`` microsteps without the session settling.
+
+    A *drive* never raises this: it returns the unchanged position and a
+    ``BudgetExhausted`` effect. A start has no earlier position to return.
+    """
 
 
 class SerializationError(StateboundError, TypeError):

@@ -151,10 +151,8 @@ class _Compiler:
                     self.by_id[sid] = idx
             for c in el.children:
                 if c.ns == SCXML_NS and c.tag in _STATE_TAGS:
-                    if kind in ("final", "history"):
-                        self.problem(c, f"<{c.tag}> is not allowed inside <{el.tag}>")
-                    if kind == "root" and c.tag == "history":
-                        self.problem(c, "<history> is not allowed at the top level")
+                    # a state inside <final>/<history>, or a top-level <history>, is reported
+                    # once, by build()'s per-kind allowed-children check
                     cidx = visit(c, idx, depth + 1)
                     (rec["histories"] if c.tag == "history" else rec["children"]).append(cidx)
             rec["last"] = len(self.states) - 1
@@ -583,7 +581,7 @@ class _Compiler:
         spec: dict[str, Any] = {}
         if kind == "after":
             ms = parse_duration(el.attrib.get("after", ""))
-            if ms is None:
+            if ms is None and kinds:  # no kind at all was reported just above
                 self.problem(el, f"<sb:timeout> after={el.attrib.get('after')!r} is not a duration like '5s'")
             spec["duration_ms"] = ms or 0
         elif kind == "at":

@@ -62,11 +62,21 @@ def parse_xml(text: str | bytes, source: str | None = None) -> El:
 
     :raises ChartSyntaxError: with line and column for any XML error.
     """
-    data = text.encode("utf-8") if isinstance(text, str) else bytes(text)
+    if isinstance(text, str):
+        try:
+            data = text.encode("utf-8")
+        except UnicodeEncodeError as exc:  # a lone surrogate: no XML document can contain it
+            line = text.count("\n", 0, exc.start) + 1
+            column = exc.start - (text.rfind("\n", 0, exc.start) + 1) + 1
+            raise ChartSyntaxError(f"malformed XML: character {text[exc.start]!r} cannot be encoded",
+                                   line, column, source) from None
+    else:
+        data = bytes(text)
     if len(data) > MAX_DOCUMENT_BYTES:
         raise ChartSyntaxError(f"document is {len(data)} bytes, over the {MAX_DOCUMENT_BYTES} byte limit",
                                source=source)
-    p = xml.parsers.expat.ParserCreate(namespace_separator=" ")
+    # A str was encoded as UTF-8 just above: that overrides any encoding= it declares.
+    p = xml.parsers.expat.ParserCreate("utf-8" if isinstance(text, str) else None, namespace_separator=" ")
     # Refusing at the declaration means no entity is ever defined, so none can expand.
     def refuse_doctype(*_a: object) -> None:
         raise ChartSyntaxError("DTDs are not allowed in SCXML charts", p.CurrentLineNumber,
@@ -134,6 +144,9 @@ def parse_xml(text: str | bytes, source: str | None = None) -> El:
     except xml.parsers.expat.ExpatError as exc:
         raise ChartSyntaxError(f"malformed XML: {xml.parsers.expat.ErrorString(exc.code)}",
                                exc.lineno, exc.offset + 1, source) from None
+    except (LookupError, ValueError, UnicodeError) as exc:  # encoding= names no usable text codec
+        raise ChartSyntaxError(f"malformed XML: unsupported document encoding ({exc})", p.CurrentLineNumber,
+                               p.CurrentColumnNumber + 1, source) from None
     except RecursionError:  # pragma: no cover - guarded by _MAX_DEPTH
         raise ChartSyntaxError("document nested too deeply", source=source) from None
     if not root:

@@ -30,14 +30,33 @@ _ALLOWED = (
     "ArithmeticError AttributeError Exception IndexError KeyError LookupError NameError "
     "TypeError ValueError ZeroDivisionError"
 ).split()
-#: The builtins expressions may use.
-SAFE_BUILTINS: dict[str, Any] = {n: getattr(builtins, n) for n in _ALLOWED}
-
 _FORBIDDEN_ATTRS = frozenset({
     "gi_frame", "gi_code", "cr_frame", "cr_code", "ag_frame", "ag_code", "f_globals", "f_locals",
     "f_builtins", "f_back", "f_code", "tb_frame", "tb_next", "co_code", "func_globals", "mro",
     "format_map",
 })
+
+
+def _refused(name: object) -> bool:
+    return isinstance(name, str) and (name.startswith("_") or name in _FORBIDDEN_ATTRS)
+
+
+def _safe_getattr(obj: Any, name: str, *default: Any) -> Any:
+    """``getattr`` that refuses the names the compile-time check refuses (no string escapes)."""
+    if _refused(name):
+        raise AttributeError(f"attribute {name!r} is not allowed")
+    return getattr(obj, name, *default)
+
+
+def _safe_hasattr(obj: Any, name: str) -> bool:
+    """``hasattr`` that never looks up a refused name."""
+    return not _refused(name) and hasattr(obj, name)
+
+
+#: The builtins expressions may use.
+SAFE_BUILTINS: dict[str, Any] = {n: getattr(builtins, n) for n in _ALLOWED}
+SAFE_BUILTINS["getattr"] = _safe_getattr
+SAFE_BUILTINS["hasattr"] = _safe_hasattr
 
 
 def _check_safe(tree: ast.AST) -> str | None:
@@ -196,6 +215,10 @@ class PythonContext:
         try:
             exec(c, ns)
         except Exception as exc:
+            # roll back what it bound so far: it may have bound an unstorable value or a
+            # system variable, and the checks below never run for a failed script
+            ns.clear()
+            ns.update(before)
             raise EvaluationError(f"<script> failed: {type(exc).__name__}: {exc}") from None
         finally:
             ns["__builtins__"] = SAFE_BUILTINS

@@ -394,7 +394,8 @@ class Host:
         u.entries[instance_id] = e
         seed = self._stamp(u, Position(interp.chart, instance_id, RUNNING, ()))
         pos, effects = interp.start(instance_id, data, parent=parent, invokeid=invokeid, routes=seed.routes,
-                                    ioprocessors=seed.ioprocessors, caller_context=caller_context)
+                                    ioprocessors=seed.ioprocessors, caller_context=caller_context,
+                                    only_declared=parent is not None)
         e.position, e.dirty = pos, True
         self.metrics["drives"] += 1
         self._apply(u, instance_id, effects, caller_context)

@@ -53,10 +53,10 @@ from ..events import Event
 from .content import ContentMixin
 from .state import ArmedTimeout, Invocation
 
-__all__ = ["Machine", "BudgetExceeded", "CACHE_LIMIT"]
+__all__ = ["Machine", "OutOfRounds", "CACHE_LIMIT"]
 
 
-class BudgetExceeded(Exception):
+class OutOfRounds(Exception):
     """Internal: the round budget ran out (the drive is abandoned)."""
 
 
@@ -124,6 +124,11 @@ class Machine(ContentMixin):
     def start(self) -> None:
         """``interpret``: initialise data, run the global script, take the initial transition."""
         root = self.states[0]
+        if self.start_data:
+            declared = {d.id for s in self.states for d in s.data}
+            for k, v in self.start_data.items():
+                if k not in declared:
+                    self.ctx.declare(k, v)
         if not self.late:
             for s in self.states:
                 self.initialize_data(s)
@@ -293,7 +298,7 @@ class Machine(ContentMixin):
         """``microstep``: exit, run transition content, enter."""
         self.microstep_no += 1
         if self.microstep_no > self.max_rounds:
-            raise BudgetExceeded()
+            raise OutOfRounds()
         self.ordinal_at_microstep = self.ordinal
         self.exit_states(enabled)
         self.execute_transition_content(enabled)

@@ -11,17 +11,34 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..chart.model import Chart
-from ..datamodel.base import datamodel_for, pack_vars
+from ..datamodel.base import SYSTEM_VARIABLES, check_serializable, datamodel_for, pack_vars, unpack_vars
 from ..effects import BudgetExhausted, Effect
 from ..events import SCXML_PROCESSOR, Event
-from ..exceptions import ChartIdentityMismatch, NotRunning
-from .algorithm import BudgetExceeded, Machine, _put
+from ..exceptions import (BudgetExceeded, ChartIdentityMismatch, EvaluationError, NotRunning,
+                          SerializationError)
+from .algorithm import Machine, OutOfRounds, _put
 from .state import CANCELLED, DONE, RUNNING, Position
 
 __all__ = ["Interpreter"]
 
 
 _UNKNOWN = object()
+
+
+def _check_start_data(data: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """Refuse start data that could never be a datamodel, before anything runs."""
+    if not data:
+        return None
+    if not isinstance(data, Mapping):
+        raise TypeError(f"start data must be a mapping, not {type(data).__name__}")
+    for k, v in data.items():
+        if not isinstance(k, str) or not k.isidentifier() or k in SYSTEM_VARIABLES or k.startswith("__"):
+            raise ValueError(f"start data key {k!r} is not a usable variable name")
+        try:
+            check_serializable(v, f"start data {k!r}")
+        except EvaluationError as exc:
+            raise SerializationError(str(exc)) from None
+    return dict(data)
 
 
 def _advance(pos: Position, states: tuple[int, ...]) -> Position:
@@ -58,14 +75,15 @@ class Interpreter:
         self.max_rounds = max_rounds
         self._dm = datamodel_for(chart)
         self._by_id = chart._by_id
+        self._declared = frozenset(d.id for s in chart.states for d in s.data)
         self._static: dict[tuple[tuple[int, ...], str], tuple[int, ...] | None] = \
             chart._caches.setdefault("static", {})
 
     # ------------------------------------------------------------------ verbs
     def start(self, session_id: str = "session", data: Mapping[str, Any] | None = None, *,
               parent: str | None = None, invokeid: str | None = None, routes: Any = None,
-              ioprocessors: Mapping[str, Any] | None = None,
-              caller_context: Any = None) -> tuple[Position, tuple[Effect, ...]]:
+              ioprocessors: Mapping[str, Any] | None = None, caller_context: Any = None,
+              only_declared: bool = False) -> tuple[Position, tuple[Effect, ...]]:
         """Start a session: initialise the datamodel, enter the initial configuration.
 
         :param session_id: the ``_sessionid`` (hosts use the instance id).
@@ -73,22 +91,26 @@ class Interpreter:
             keys the chart does not declare become variables too.
         :param parent: the parent's session id, for an invoked child.
         :param invokeid: the id this child runs under in its parent.
+        :param only_declared: ignore ``data`` keys the chart does not declare (what an
+            ``<invoke>`` needs: SCXML passes only values whose names the child declares).
         :return: the first position and the effects of the initial macrostep.
+        :raises BudgetExceeded: the chart did not settle within ``max_rounds``.
         """
+        if data and only_declared:
+            declared = self._declared
+            data = {k: v for k, v in data.items() if k in declared}
+        start_data = _check_start_data(data)
         seed = Position(self.chart, session_id, RUNNING, (), parent=parent, invokeid=invokeid,
                         routes=routes, ioprocessors=ioprocessors)
         m = self._machine(seed, {}, caller_context, macrostep=0)
-        m.start_data = dict(data) if data else None
+        m.start_data = start_data
         try:
             m.start()
-        except BudgetExceeded:
-            raise RuntimeError(f"chart {self.chart.name!r} did not settle within {self.max_rounds} "
-                               "microsteps while starting") from None
-        if data:
-            for k, v in data.items():
-                if k not in m.ctx.variables():
-                    m.ctx.declare(k, v)
-        return self._finish(seed, m)
+            packed = self._settle_data(m, {})
+        except OutOfRounds:
+            raise BudgetExceeded(f"chart {self.chart.name!r} did not settle within {self.max_rounds} "
+                                 "microsteps while starting") from None
+        return self._finish(seed, m, packed)
 
     def drive(self, position: Position, event: Event | str, *,
               caller_context: Any = None) -> tuple[Position, tuple[Effect, ...]]:
@@ -120,11 +142,12 @@ class Interpreter:
         m = self._machine(position, None, caller_context, macrostep=position.macrostep + 1)
         try:
             m.process_external(ev)
-        except BudgetExceeded:
+            packed = self._settle_data(m, None, position.data)
+        except OutOfRounds:
             return position, (BudgetExhausted(rounds=self.max_rounds, event=ev.name,
                                               macrostep=position.macrostep + 1, microstep=m.microstep_no,
                                               round=m.round_no),)
-        return self._finish(position, m)
+        return self._finish(position, m, packed)
 
     # ------------------------------------------------------------------ the static fast path
     @staticmethod
@@ -181,7 +204,6 @@ class Interpreter:
 
     def _machine(self, pos: Position, variables: dict[str, Any] | None, caller_context: Any,
                  macrostep: int) -> Machine:
-        from ..datamodel.base import unpack_vars
         config = set(pos.states)
         by_id = self._by_id
 
@@ -200,12 +222,37 @@ class Interpreter:
         m.ioprocessors = pos.ioprocessors
         return m
 
-    def _finish(self, pos: Position, m: Machine) -> tuple[Position, tuple[Effect, ...]]:
+    def _settle_data(self, m: Machine, before: dict[str, Any] | None, before_blob: bytes = b"") -> bytes:
+        """Encode the datamodel; a value made unstorable in place becomes ``error.execution``.
+
+        Assignments are checked as they happen, but an expression can still mutate a list
+        in place (``xs.append({1})``). Such variables are put back as they were before the
+        drive, ``error.execution`` is raised, and the macrostep continues, so the host never
+        sees the failure and nothing is lost.
+        """
+        for _ in range(8):
+            variables = m.ctx.variables()
+            try:
+                return pack_vars(variables)
+            except SerializationError as exc:
+                original = before if before is not None else unpack_vars(before_blob)
+                for k, v in variables.items():
+                    try:
+                        check_serializable(v)
+                    except EvaluationError:
+                        m.ctx.declare(k, original.get(k))
+                if not m.running:
+                    continue
+                m.raise_error("error.execution", f"{exc}; the variable was restored")
+                m.macrostep()
+        raise SerializationError("the datamodel could not be made storable")  # pragma: no cover
+
+    def _finish(self, pos: Position, m: Machine, packed: bytes) -> tuple[Position, tuple[Effect, ...]]:
         halted = not m.running
         new = Position(
             self.chart, pos.session_id, (CANCELLED if m.cancelled else DONE) if halted else RUNNING,
             m.final_config if halted and m.final_config is not None else tuple(sorted(m.config)),
-            tuple(sorted(m.history.items())), pack_vars(m.ctx.variables()), m.macrostep_no, m.send_counter,
+            tuple(sorted(m.history.items())), packed, m.macrostep_no, m.send_counter,
             m.ordinal, m.invoke_counter, tuple(m.invocations), tuple(sorted(m.initialized)), pos.parent,
             pos.invokeid, tuple(sorted(m.timeouts.values(), key=lambda t: (t.state, t.name))),
             pos.routes, pos.ioprocessors, pos.callbacks)
