@@ -114,8 +114,16 @@ def unpack_vars(blob: bytes) -> dict[str, Any]:
     return out
 
 
+_SCALARS = (str, float, bool, type(None), bytes)
+
+
 def check_serializable(value: Any, what: str = "value") -> None:
     """Raise :class:`EvaluationError` if ``value`` cannot be stored in a position."""
+    t = type(value)
+    # Most assignments store a scalar: skip the encode. (A str with a lone surrogate still
+    # fails at the end of the drive, where the interpreter turns it into error.execution.)
+    if t in _SCALARS or (t is int and -(1 << 63) <= value < (1 << 64)):
+        return
     try:
         _roundtrip(value)
     except (TypeError, ValueError, OverflowError) as exc:

@@ -51,7 +51,16 @@ class ContentMixin:
 
     # ------------------------------------------------------------------ helpers
     def stamp(self) -> dict[str, int]:
-        return {"macrostep": self.macrostep_no, "microstep": self.microstep_no, "round": self.round_no}  # type: ignore[attr-defined]
+        """The ``macrostep``/``microstep``/``round`` every effect carries, as keyword arguments."""
+        key = (self.microstep_no, self.round_no)  # type: ignore[attr-defined]
+        cached = self._stamp
+        if cached is not None and cached[0] == key:
+            return cached[1]
+        d = {"macrostep": self.macrostep_no, "microstep": key[0], "round": key[1]}  # type: ignore[attr-defined]
+        self._stamp = (key, d)
+        return d
+
+    _stamp: Any = None
 
     def raise_error(self, name: str, message: str, sendid: str | None = None) -> None:
         """Place ``error.execution``/``error.communication`` on the internal queue."""
