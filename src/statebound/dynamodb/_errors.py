@@ -74,11 +74,13 @@ class ActionInfo:
             return ConflictError(f"instance {iid!r} already exists", iid, current)
         if self.kind == "position":
             return ConflictError(f"version of {iid!r} moved", iid, current)
+        # A timer condition is not a version move, so, as in MemoryStore, no instance_id:
+        # the host must not take it for "reload that instance and retry".
         key = (iid, self.ordinal)
         if self.kind == "complete":
-            return ConflictError(f"timer {key} is no longer claimable", iid)
+            return ConflictError(f"timer {key} is no longer claimable")
         if self.kind == "timer_put":
-            return ConflictError(f"timer row {key} already exists", iid)
+            return ConflictError(f"timer row {key} already exists")
         return ConflictError(f"a condition on {iid!r} failed", iid, current)
 
 
@@ -95,10 +97,16 @@ def _translate(exc: ClientError, actions: Sequence[ActionInfo] | None) -> StoreE
         return info.conflict(exc.response.get("Item"))
     if code == "TransactionCanceledException":
         reasons = exc.response.get("CancellationReasons") or []
-        for i, reason in enumerate(reasons):
-            if reason.get("Code") == "ConditionalCheckFailed":
-                info = actions[i] if actions and i < len(actions) else ActionInfo("other")
-                return info.conflict(reason.get("Item"))
+        failed = [(actions[i] if actions and i < len(actions) else ActionInfo("other"), r)
+                  for i, r in enumerate(reasons) if r.get("Code") == "ConditionalCheckFailed"]
+        if failed:
+            # When the fired row is done *and* the version moved, report the row: a
+            # reload-and-retry cannot succeed, so that is what the caller must hear.
+            failed.sort(key=lambda f: f[0].kind != "complete")
+            info, reason = failed[0]
+            return info.conflict(reason.get("Item"))
+        if any("size" in str(r.get("Message", "")).lower() for r in reasons):
+            return ItemTooLarge(f"DynamoDB refused the transaction: {message}")
         codes = {r.get("Code") for r in reasons}
         if codes & RETRYABLE_REASONS:
             return Throttled(f"DynamoDB transaction cancelled ({', '.join(sorted(map(str, codes)))})")

@@ -19,7 +19,9 @@ Costs per operation (one "call" is one HTTP request; botocore's own retries asid
   instance                    ``TransactWriteItems`` (or 1 ``DeleteItem`` if none)
 ``claim_due``               1 ``Query`` per (bucket, shard) from the shard's cursor to
                             now's bucket, normally 2-3 buckets; **no write**: the claim
-                            is the commit's completion condition (see below)
+                            is the commit's completion condition (see below). Plus, now
+                            and then, 1 ``UpdateItem`` per shard whose cursor moves, and
+                            after an outage 1 ``Scan`` of the due index (see below)
 ``release``                 1 ``GetItem`` + 1 conditional ``PutItem``
 ``retry_timer``             1 conditional ``UpdateItem``
 ``next_due``                1 ``Query`` per (bucket, shard) up to a horizon, then, only
@@ -47,8 +49,12 @@ behind). The cursor is durable so that a restarted sweeper, a Lambda cold start 
 shard that changed hands resumes where the last sweep stopped, instead of rescanning a
 fixed look-back (which would be expensive) or missing rows older than it (which would be
 wrong). A shard without a cursor (a new table) is bootstrapped once by a scan of the due
-index. Rows this store writes into a bucket below a cursor it knows lower that cursor;
-:meth:`DynamoStore.reset_sweep_cursors` forces a new bootstrap if clocks were badly off.
+index. The same scan serves a shard whose cursor lags now by more than
+``catch_up_buckets`` (a sweeper back from an outage): it lists the non-empty buckets, and
+since the settled ones can receive no more rows, the sweep skips the empty ones instead of
+spending a Query on each. Rows this store writes into a bucket below a cursor it knows
+lower that cursor; :meth:`DynamoStore.reset_sweep_cursors` forces a new bootstrap if
+clocks were badly off.
 
 **Idempotent commits.** A transaction carries a ``ClientRequestToken``, and every
 position item records the ``commit_token`` of the commit that wrote it. When a retried
@@ -59,6 +65,7 @@ reports success instead of a conflict that would make the host apply the event t
 
 from __future__ import annotations
 
+import bisect
 import logging
 import threading
 import time
@@ -158,8 +165,12 @@ class DynamoStore:
         a completion deletes the row.
     :param done_ttl_s: when set, completed rows get an ``expires_at`` attribute (epoch
         seconds, wall clock) so DynamoDB TTL deletes them after this many seconds.
-    :param max_scan_buckets: most buckets one ``claim_due`` reads (a sweeper catching up
-        after a long outage proceeds over several calls instead of one huge one).
+    :param max_scan_buckets: most buckets of a shard one ``claim_due`` reads (a sweeper
+        catching up proceeds over several calls instead of one huge one).
+    :param catch_up_buckets: when a shard's cursor lags now by more buckets than this
+        (after an outage), one scan of the due index finds which old buckets hold rows,
+        instead of one Query per empty bucket. The scan costs reads in proportion to the
+        pending rows; probing costs one Query per bucket and shard.
     :param next_due_horizon_ms: how far past the last sweep's bucket ``next_due`` probes
         bucket by bucket before falling back to a bounded scan.
     :param next_due_scan_items: most index items that fallback scan reads.
@@ -174,6 +185,7 @@ class DynamoStore:
                  bucket_ms: int = 60_000, settle_ms: int = 60_000,
                  owned_shards: Collection[int] | Any | None = None, keep_done: bool = True,
                  done_ttl_s: int | None = None, max_scan_buckets: int = 240,
+                 catch_up_buckets: int = 60,
                  next_due_horizon_ms: int = 120_000, next_due_scan_items: int = 1_000,
                  cursor_refresh_ms: int = 300_000, retries: int = 4, retry_base_s: float = 0.05,
                  sleep: Callable[[float], None] = time.sleep) -> None:
@@ -191,6 +203,7 @@ class DynamoStore:
         self.keep_done = keep_done
         self.done_ttl_s = done_ttl_s
         self.max_scan_buckets = max_scan_buckets
+        self.catch_up_buckets = catch_up_buckets
         self.next_due_horizon_ms = next_due_horizon_ms
         self.next_due_scan_items = next_due_scan_items
         self.cursor_refresh_ms = cursor_refresh_ms
@@ -205,6 +218,9 @@ class DynamoStore:
         self._cursor_gen = 0
         self._cursor_read_now: int | None = None
         self._last_now: int | None = None
+        # shard -> (non-empty buckets below horizon, horizon), learnt from an index scan;
+        # buckets below the horizon had settled at scan time, so the list is complete there
+        self._known: dict[int, tuple[list[int], int]] = {}
 
     # ------------------------------------------------------------------ table
     @staticmethod
@@ -386,8 +402,7 @@ class DynamoStore:
         with self._lock:
             claim = self._claims.get(complete.key)
         if claim is not None and claim.node_id != complete.node_id:
-            raise ConflictError(f"timer {complete.key} is claimed by {claim.node_id!r}",
-                                complete.key[0])
+            raise ConflictError(f"timer {complete.key} is claimed by {claim.node_id!r}")
 
     def _position_condition(self, w: PositionWrite) -> dict[str, Any]:
         if w.expected_version is None:
@@ -617,21 +632,61 @@ class DynamoStore:
                     break
         return out
 
-    def _scan_min_buckets(self, shards: Collection[int]) -> dict[int, int]:
-        """Bootstrap: the oldest bucket holding pending rows, per shard (one index scan).
+    def _learn_buckets(self, shards: Collection[int], now_ms: int | None) -> dict[int, list[int]]:
+        """One scan of the due index: the non-empty buckets of each of ``shards``, sorted.
 
-        Runs once per shard per table (the result becomes the durable cursor), so its
-        cost, proportional to the pending rows at that moment, is paid once.
+        Used to bootstrap a shard without a cursor (a new table) and to catch up a shard
+        far behind. With ``now_ms``, the buckets below ``now - settle_ms`` are remembered,
+        so sweeps skip the empty ones without reading them. Costs reads in proportion to
+        the pending rows (the projection trims the response, not the read cost).
         """
         wanted = set(shards)
-        found: dict[int, int] = {}
+        found: dict[int, set[int]] = {s: set() for s in wanted}
         for item in self._pages("scan", IndexName=codec.DUE_INDEX, ProjectionExpression="#g",
                                 ExpressionAttributeNames={"#g": "gsi_pk"}):
             bucket_s, shard_s = item["gsi_pk"]["S"].split("#")
-            shard, bucket = int(shard_s), int(bucket_s)
-            if shard in wanted and bucket < found.get(shard, bucket + 1):
-                found[shard] = bucket
-        return found
+            if int(shard_s) in wanted:
+                found[int(shard_s)].add(int(bucket_s))
+        out = {s: sorted(b) for s, b in found.items()}
+        if now_ms is not None:
+            horizon = self._floor_bucket(now_ms)
+            with self._lock:
+                for s, buckets in out.items():
+                    self._known[s] = ([b for b in buckets if b < horizon], horizon)
+        return out
+
+    def _floor_bucket(self, now_ms: int) -> int:
+        """The oldest bucket that may still receive rows: the one ``settle_ms`` ago."""
+        return max(0, (now_ms - self.settle_ms) // self.bucket_ms)
+
+    def _bucket_seq(self, shard: int, cursor: int, last: int, cap: int) -> list[int]:
+        """The buckets of ``shard`` to read, ascending, from ``cursor`` up to ``last``.
+
+        Below a scan's horizon only the buckets the scan saw non-empty are listed.
+        """
+        out: list[int] = []
+        bucket = cursor
+        with self._lock:
+            known = self._known.get(shard)
+            if known is not None and cursor >= known[1]:
+                del self._known[shard]  # swept past the scan's horizon: no longer needed
+                known = None
+        if known is not None:
+            buckets, horizon = known
+            for b in buckets[bisect.bisect_left(buckets, cursor):]:
+                if b > last or len(out) >= cap:
+                    return out
+                out.append(b)
+            bucket = horizon
+        while bucket <= last and len(out) < cap:
+            out.append(bucket)
+            bucket += 1
+        return out
+
+    def _knows_below(self, shard: int, cursor: int) -> bool:
+        with self._lock:
+            known = self._known.get(shard)
+        return known is not None and cursor < known[1]
 
     def _create_cursor(self, shard: int, bucket: int) -> int:
         try:
@@ -658,10 +713,10 @@ class DynamoStore:
             durable = self._read_cursors(want)
             absent = [s for s in want if s not in durable]
             if absent:
-                found = self._scan_min_buckets(absent)
-                floor = None if now_ms is None else max(0, (now_ms - self.settle_ms) // self.bucket_ms)
+                learnt = self._learn_buckets(absent, now_ms)
+                floor = None if now_ms is None else self._floor_bucket(now_ms)
                 for s in absent:
-                    bucket = found.get(s)
+                    bucket = learnt[s][0] if learnt.get(s) else None
                     if floor is not None:
                         bucket = floor if bucket is None else min(bucket, floor)
                     if bucket is not None:  # else: nothing pending, and no "now" to anchor on
@@ -697,6 +752,8 @@ class DynamoStore:
                 return
             self._cursor[shard] = bucket
             self._cursor_gen += 1
+            # the scan's list of non-empty buckets no longer covers this one
+            self._known.pop(shard, None)
         self._write_lower_cursor(shard, bucket)
 
     def _advance_cursor(self, shard: int, old: int, new: int) -> None:
@@ -728,6 +785,7 @@ class DynamoStore:
             self._call("delete_item", TableName=self.table_name, Key=self._cursor_key(s))
         with self._lock:
             self._cursor.clear()
+            self._known.clear()
             self._cursor_gen += 1
             self._cursor_read_now = None
 
@@ -780,20 +838,26 @@ class DynamoStore:
         if not cursors:
             return []
         now_bucket = now_ms // self.bucket_ms
-        start = min(cursors.values())
-        last = min(now_bucket, start + self.max_scan_buckets - 1)
+        lagging = [sh for sh, c in cursors.items() if now_bucket - c > self.catch_up_buckets
+                   and not self._knows_below(sh, c)]
+        if lagging:
+            self._learn_buckets(lagging, now_ms)
+        seqs = {sh: self._bucket_seq(sh, c, now_bucket, self.max_scan_buckets)
+                for sh, c in cursors.items()}
+        by_bucket: dict[int, list[int]] = {}
+        for sh, seq in seqs.items():
+            for bucket in seq:
+                by_bucket.setdefault(bucket, []).append(sh)
         chosen: list[TimerRow] = []
         nonempty: set[tuple[int, int]] = set()
-        scanned_to = start - 1
-        for bucket in range(start, last + 1):
+        scanned_to: int | None = None
+        for bucket in sorted(by_bucket):
             want = limit - len(chosen)
             found: list[TimerRow] = []
-            for s in shards:
-                if cursors.get(s, bucket + 1) > bucket:
-                    continue
-                rows, saw_any = self._query_bucket(bucket, s, want, now_ms)
+            for sh in by_bucket[bucket]:
+                rows, saw_any = self._query_bucket(bucket, sh, want, now_ms)
                 if saw_any:
-                    nonempty.add((s, bucket))
+                    nonempty.add((sh, bucket))
                 found.extend(rows)
             # buckets partition time, so the earliest `want` of this bucket come next
             found.sort(key=lambda r: (r.ready_at_ms, r.instance_id, r.ordinal))
@@ -801,17 +865,24 @@ class DynamoStore:
             scanned_to = bucket
             if len(chosen) >= limit:
                 break
-        for s, old in cursors.items():
-            new = old
-            while (new <= scanned_to and (s, new) not in nonempty
-                   and (new + 1) * self.bucket_ms + self.settle_ms <= now_ms):
-                new += 1
+        for sh, seq in seqs.items():
+            old = cursors[sh]
+            # the cursor moves to the first bucket not proven empty: read and found empty
+            # after it settled, or skipped because a scan saw it empty (see _bucket_seq)
+            new = seq[-1] + 1 if seq else old
+            for bucket in seq:
+                if (scanned_to is None or bucket > scanned_to or (sh, bucket) in nonempty
+                        or (bucket + 1) * self.bucket_ms + self.settle_ms > now_ms):
+                    new = bucket
+                    break
             if new > old:
-                self._advance_cursor(s, old, new)
+                self._advance_cursor(sh, old, new)
         expires = now_ms + lease_ms
         out = []
         with self._lock:
             for row in chosen:
+                if self._hidden(row.key, now_ms):
+                    continue  # another thread of this store claimed it while we read
                 self._claims[row.key] = _Claim(node_id, expires)
                 self._claims.move_to_end(row.key)
                 out.append(replace(row, state=CLAIMED, claimed_by=node_id, claim_expires_ms=expires))
@@ -879,11 +950,13 @@ class DynamoStore:
         start = min(cursors.values())
         base = max(start, last_now // self.bucket_ms) if last_now is not None else start
         end = base + max(1, self.next_due_horizon_ms // self.bucket_ms)
+        by_bucket: dict[int, list[int]] = {}
+        for s, c in cursors.items():
+            for bucket in self._bucket_seq(s, c, end, end - start + 1):
+                by_bucket.setdefault(bucket, []).append(s)
         found: int | None = None
-        for bucket in range(start, end + 1):
-            for s in shards:
-                if cursors.get(s, bucket + 1) > bucket:
-                    continue
+        for bucket in sorted(by_bucket):
+            for s in by_bucket[bucket]:
                 rows, _ = self._query_bucket(bucket, s, 1, None)
                 if rows and (found is None or rows[0].ready_at_ms < found):
                     found = rows[0].ready_at_ms

@@ -1,0 +1,63 @@
+"""Plain helpers shared by the DynamoDB tests (fixtures are in ``conftest.py``)."""
+
+from __future__ import annotations
+
+import boto3
+
+from statebound.dynamodb import DynamoStore
+
+REGION = "us-east-1"
+
+
+def make_store(client, table_name, **kw):
+    """A DynamoStore with test-friendly defaults: 4 shards, no real sleeping on retries."""
+    kw.setdefault("shards", 4)
+    kw.setdefault("sleep", lambda seconds: None)
+    return DynamoStore(table_name, client, **kw)
+
+
+class CallLog:
+    """Records the DynamoDB operation names a client sends, via botocore's event hooks."""
+
+    def __init__(self, client):
+        self.names: list[str] = []
+        self._client = client
+        client.meta.events.register("before-call.dynamodb", self._record)
+
+    def close(self) -> None:
+        """Stop recording."""
+        self._client.meta.events.unregister("before-call.dynamodb", self._record)
+
+    def _record(self, model, **kwargs):
+        self.names.append(model.name)
+
+    def take(self) -> list[str]:
+        """The names recorded since the last take."""
+        names, self.names = self.names, []
+        return names
+
+
+def server_client(endpoint: str):
+    """A new boto3 DynamoDB client (own session) on the moto server."""
+    return boto3.session.Session().client(
+        "dynamodb", endpoint_url=endpoint, region_name=REGION, aws_access_key_id="testing",
+        aws_secret_access_key="testing", aws_session_token="testing")
+
+
+def table_items(client, table_name, index=None):
+    """Every item of the table (or of one index), by a plain paginated scan."""
+    kwargs = {"TableName": table_name}
+    if index:
+        kwargs["IndexName"] = index
+    items = []
+    while True:
+        page = client.scan(**kwargs)
+        items += page["Items"]
+        if "LastEvaluatedKey" not in page:
+            return items
+        kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+
+
+def index_keys(client, table_name, index):
+    """The ``(pk, sk)`` of every item in an index."""
+    return {(i["pk"]["S"], i["sk"]["S"]) for i in table_items(client, table_name, index)}

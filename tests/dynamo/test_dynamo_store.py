@@ -1,0 +1,589 @@
+"""DynamoStore specifics on in-process moto (``mock_aws``): table creation, item layout,
+index membership, limits, call counts, sweep cursors, error mapping and idempotent retries.
+
+The backend-agnostic behaviour is in ``store_contract.py`` (``test_dynamo_contract.py``);
+races between processes are in ``test_dynamo_server.py`` (serialised moto server).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+from botocore.exceptions import ClientError, EndpointConnectionError
+
+from statebound.dynamodb import DEAD_INDEX, DUE_INDEX, DynamoStore
+from statebound.dynamodb import _codec as codec
+from statebound.exceptions import (ConflictError, ItemTooLarge, SerializationError, StoreError,
+                                   StoreUnavailable)
+from statebound.host.store import (DEAD, DONE, PENDING, Commit, PositionWrite, TimerCompletion,
+                                   TimerRef)
+from store_contract import create, delete, timer, update
+
+from .helpers import CallLog, index_keys, make_store, table_items
+
+MINUTE = 60_000
+DAY = 24 * 60 * MINUTE
+T0 = 1_800_000_000_000  # a wall-clock-like epoch ms, far from bucket 0
+
+
+def due_members(client, table):
+    """Timer keys in the due index."""
+    return {(pk, int(sk[2:])) for pk, sk in index_keys(client, table, DUE_INDEX)}
+
+
+def dead_members(client, table):
+    """Timer keys in the dead index."""
+    return {(pk, int(sk[2:])) for pk, sk in index_keys(client, table, DEAD_INDEX)}
+
+
+# --------------------------------------------------------------------------- packaging
+
+
+def test_import_statebound_does_not_import_boto3():
+    """``import statebound`` must work without touching boto3/botocore (checked in a fresh
+    interpreter, since this test process has long imported both)."""
+    code = ("import sys, statebound, statebound.host; "
+            "bad = [m for m in ('boto3', 'botocore') if m in sys.modules]; "
+            "assert not bad, bad")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    subprocess.run([sys.executable, "-c", code], check=True, env=env)
+
+
+# --------------------------------------------------------------------------- table
+
+
+def test_create_table_is_idempotent_with_both_sparse_indexes(mock_client):
+    """In-process moto: creating twice is fine; the table is on-demand with two GSIs and TTL."""
+    DynamoStore.create_table("t", mock_client)
+    DynamoStore.create_table("t", mock_client)  # existing table: accepted
+    table = mock_client.describe_table(TableName="t")["Table"]
+    assert table["TableStatus"] == "ACTIVE"
+    assert table["BillingModeSummary"]["BillingMode"] == "PAY_PER_REQUEST"
+    assert [k["AttributeName"] for k in table["KeySchema"]] == ["pk", "sk"]
+    indexes = {g["IndexName"]: [k["AttributeName"] for k in g["KeySchema"]]
+               for g in table["GlobalSecondaryIndexes"]}
+    assert indexes == {DUE_INDEX: ["gsi_pk", "gsi_due"], DEAD_INDEX: ["dead_pk", "dead_sk"]}
+    ttl = mock_client.describe_time_to_live(TableName="t")["TimeToLiveDescription"]
+    assert (ttl["TimeToLiveStatus"], ttl["AttributeName"]) == ("ENABLED", "expires_at")
+
+
+def test_create_table_refuses_a_foreign_table(mock_client):
+    """In-process moto: an existing table without our indexes is an error, not silently used."""
+    mock_client.create_table(TableName="other", BillingMode="PAY_PER_REQUEST",
+                             KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}],
+                             AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}])
+    with pytest.raises(StoreError, match="index"):
+        DynamoStore.create_table("other", mock_client)
+
+
+def test_missing_table_is_store_unavailable(mock_client):
+    """In-process moto: calls on a table that does not exist raise StoreUnavailable."""
+    store = make_store(mock_client, "no-such-table")
+    with pytest.raises(StoreUnavailable, match="create_table"):
+        store.load("a")
+
+
+# --------------------------------------------------------------------------- layout
+
+
+def test_item_layout(mock_client, table, dstore):
+    """In-process moto: position and timer items carry the documented attributes."""
+    create(dstore, "a", timers=(TimerRef(1, "s1", "pay"),), parent="p",
+           timers_put=[timer("a", 1, T0 + 5, name="pay", caller_context={"c": 1})])
+    items = {(i["pk"]["S"], i["sk"]["S"]): i for i in table_items(mock_client, table)}
+    pos = items[("a", "P")]
+    assert {"chart", "version", "blob", "status", "timers", "parent", "commit_token"} <= set(pos)
+    assert pos["timers"]["L"][0]["M"]["send_id"] == {"S": "s1"}
+    row = items[("a", codec.timer_sk(1))]
+    assert codec.timer_sk(1) == "T#00000000000000000001"
+    assert set(row["event"]) == {"B"} and set(row["dedup"]) == {"B"}
+    assert set(row["caller_context"]) == {"B"}
+    shard = dstore.shard_of(("a", 1))
+    assert row["gsi_pk"] == {"S": f"{(T0 + 5) // MINUTE}#{shard}"}
+    assert row["gsi_due"] == {"N": str(T0 + 5)}
+    assert "dead_pk" not in row
+
+
+def test_unserializable_event_data_is_refused_before_writing(mock_client, table, dstore, calls):
+    """In-process moto: event data msgpack cannot encode is a SerializationError, no write."""
+    with pytest.raises(SerializationError):
+        create(dstore, "a", timers_put=[timer("a", 1, 10, event={"name": "x", "data": object()})])
+    assert "TransactWriteItems" not in calls.take()
+    assert table_items(mock_client, table) == []
+
+
+# --------------------------------------------------------------------------- index membership
+
+
+def test_due_index_holds_pending_rows_only(mock_client, table, dstore):
+    """In-process moto: fired and cancelled rows leave the due index; dead rows move to the
+    dead index; a retried row comes back; a released row moves to its backoff bucket."""
+    create(dstore, "a", timers_put=[timer("a", i, T0 + i) for i in range(1, 6)])
+    assert due_members(mock_client, table) == {("a", i) for i in range(1, 6)}
+
+    dstore.commit(Commit(writes=(update("a", 1),), complete=TimerCompletion(("a", 1), "fired")))
+    dstore.commit(Commit(writes=(update("a", 2),), timers_delete=(("a", 2),)))
+    dstore.claim_due(T0 + 10, 10, "n1", MINUTE)
+    dstore.release(("a", 3), "n1", error="boom", next_attempt_at_ms=T0 + 10, dead=True)
+    dstore.release(("a", 4), "n1", error="later", next_attempt_at_ms=T0 + 5 * MINUTE, dead=False)
+    assert due_members(mock_client, table) == {("a", 4), ("a", 5)}
+    assert dead_members(mock_client, table) == {("a", 3)}
+    moved = mock_client.get_item(TableName=table, Key={"pk": {"S": "a"},
+                                                       "sk": {"S": codec.timer_sk(4)}})["Item"]
+    assert moved["gsi_pk"]["S"].startswith(f"{(T0 + 5 * MINUTE) // MINUTE}#")
+    assert moved["gsi_due"] == {"N": str(T0 + 5 * MINUTE)}
+    done = mock_client.get_item(TableName=table, Key={"pk": {"S": "a"},
+                                                      "sk": {"S": codec.timer_sk(1)}})["Item"]
+    assert done["state"] == {"S": DONE} and "gsi_pk" not in done and "dead_pk" not in done
+
+    assert dstore.retry_timer(("a", 3), T0 + 20)
+    assert due_members(mock_client, table) == {("a", 3), ("a", 4), ("a", 5)}
+    assert dead_members(mock_client, table) == set()
+
+
+def test_done_rows_get_a_ttl_when_asked(mock_client, table):
+    """In-process moto: with done_ttl_s, completion sets expires_at (moto never expires it)."""
+    store = make_store(mock_client, table, done_ttl_s=3600)
+    create(store, "a", timers_put=[timer("a", 1, 10)])
+    store.commit(Commit(complete=TimerCompletion(("a", 1), "fired")))
+    item = mock_client.get_item(TableName=table, Key={"pk": {"S": "a"},
+                                                      "sk": {"S": codec.timer_sk(1)}})["Item"]
+    assert int(item["expires_at"]["N"]) > 1_000_000_000
+
+
+# --------------------------------------------------------------------------- limits
+
+
+def test_oversized_blob_is_refused_with_nothing_written(mock_client, table, dstore, calls):
+    """In-process moto: a 500 KB position is ItemTooLarge before any write is sent, whether it
+    would go as a PutItem or inside a transaction."""
+    big = b"x" * 500_000
+    with pytest.raises(ItemTooLarge) as err:
+        create(dstore, "a", blob=big)
+    assert err.value.size > err.value.limit == 400_000
+    with pytest.raises(ItemTooLarge):
+        create(dstore, "a", blob=big, timers_put=[timer("a", 1, 10)])
+    assert calls.take() == []
+    assert table_items(mock_client, table) == []
+
+
+def test_item_just_under_the_limit_is_accepted(mock_client, table, dstore):
+    """In-process moto: the estimate is conservative but not absurd: 390 KB goes through."""
+    create(dstore, "a", blob=b"x" * 390_000)
+    assert len(dstore.load("a").blob) == 390_000
+
+
+def test_oversized_timer_row_is_refused_with_nothing_written(mock_client, table, dstore):
+    """In-process moto: a timer whose event data is over the limit refuses the whole commit."""
+    row = timer("a", 1, 10, event={"name": "x", "data": "y" * 450_000})
+    with pytest.raises(ItemTooLarge):
+        create(dstore, "a", timers_put=[row])
+    assert table_items(mock_client, table) == []
+
+
+def test_more_than_100_actions_is_refused_with_nothing_written(mock_client, table, dstore, calls):
+    """In-process moto: a position plus 100 timer rows is 101 actions: refused up front."""
+    rows = [timer("a", i, 10 + i) for i in range(100)]
+    with pytest.raises(ItemTooLarge, match="100") as err:
+        create(dstore, "a", timers_put=rows)
+    assert (err.value.size, err.value.limit) == (101, 100)
+    assert calls.take() == []
+    assert table_items(mock_client, table) == []
+    create(dstore, "a", timers_put=rows[:99])  # exactly 100 actions is fine
+    assert len(dstore.pending_timers("a")) == 99
+
+
+def test_delete_with_many_done_rows_purges_them_beyond_one_transaction(mock_client, table, dstore,
+                                                                       calls):
+    """In-process moto: done rows of a deleted instance that do not fit in the transaction
+    are deleted right after it; nothing of the instance remains."""
+    create(dstore, "a")
+    for start in range(0, 110, 55):  # done rows, as completions would have left them
+        dstore.commit(Commit(timers_put=tuple(timer("a", i, 10, state=DONE, outcome="fired")
+                                              for i in range(start, start + 55))))
+    dstore.commit(Commit(timers_put=tuple(timer("a", i, 10) for i in range(110, 120))))
+    create(dstore, "b", timers_put=[timer("b", 1, 10)])
+    calls.take()
+    dstore.commit(Commit(writes=(delete("a", 1),)))
+    # 1 position + 10 live + 89 done rows in the transaction, the other 21 done rows after
+    assert calls.take() == ["Query", "TransactWriteItems", "BatchWriteItem"]
+    assert dstore.load("a") is None
+    assert {i["pk"]["S"] for i in table_items(mock_client, table)} == {"b"}
+
+
+def test_delete_with_too_many_live_rows_is_refused(mock_client, table, dstore):
+    """In-process moto: live rows must go in the delete's transaction; over 100 is refused."""
+    create(dstore, "a")
+    for start in range(0, 120, 60):
+        dstore.commit(Commit(timers_put=tuple(timer("a", i, 10) for i in range(start, start + 60))))
+    with pytest.raises(ItemTooLarge):
+        dstore.commit(Commit(writes=(delete("a", 1),)))
+    assert dstore.load("a").version == 1
+    assert len(dstore.pending_timers("a")) == 120
+
+
+def test_two_writes_of_one_instance_in_a_commit_is_refused(dstore):
+    """In-process moto: DynamoDB cannot touch one item twice in a transaction; say so."""
+    create(dstore, "a")
+    with pytest.raises(StoreError, match="twice"):
+        dstore.commit(Commit(writes=(update("a", 1), update("a", 1))))
+
+
+# --------------------------------------------------------------------------- call counts
+
+
+def test_call_counts(mock_client, table, dstore, calls):
+    """In-process moto, counted with botocore ``before-call`` hooks: load is one GetItem, a
+    commit without timers one PutItem, a commit with timers (or a fire) one
+    TransactWriteItems, and a sweep of a table with recent cursors a few Queries, no write."""
+    create(dstore, "a")
+    assert calls.take() == ["PutItem"]
+    assert dstore.load("a").version == 1
+    assert calls.take() == ["GetItem"]
+    dstore.commit(Commit(writes=(update("a", 1),)))
+    assert calls.take() == ["PutItem"]
+    dstore.commit(Commit(writes=(update("a", 2, timers=(TimerRef(1, "s1"),)),),
+                         timers_put=(timer("a", 1, T0),)))
+    assert calls.take() == ["TransactWriteItems"]
+    # an external event: one GetItem and one write
+    rec = dstore.load("a")
+    dstore.commit(Commit(writes=(update("a", rec.version, timers=()),), timers_delete=(("a", 1),)))
+    assert calls.take() == ["GetItem", "TransactWriteItems"]
+
+    dstore.commit(Commit(timers_put=(timer("a", 2, T0),)))
+    calls.take()
+    [row] = dstore.claim_due(T0, 10, "n1", MINUTE)  # first sweep: bootstraps the cursors
+    first = calls.take()
+    assert "Scan" in first and set(first) <= {"BatchGetItem", "Scan", "PutItem", "Query"}
+    dstore.commit(Commit(writes=(update("a", 4),), complete=TimerCompletion(row.key, "fired")))
+    assert calls.take() == ["TransactWriteItems"]
+    assert dstore.claim_due(T0 + 1, 10, "n1", MINUTE) == []
+    later = calls.take()
+    assert set(later) == {"Query"} and len(later) == dstore.shards * 2  # cursor bucket + now's
+
+
+# --------------------------------------------------------------------------- sweep cursors
+
+
+def test_cold_start_finds_rows_due_long_ago(mock_client, table):
+    """In-process moto: a sweeper starting days after rows fell due still finds them; there
+    is no fixed look-back window to fall out of."""
+    writer = make_store(mock_client, table)
+    put_rows = [timer("a", 1, T0 - 3 * DAY), timer("b", 1, T0 - 2 * DAY), timer("c", 1, T0)]
+    writer.commit(Commit(timers_put=tuple(put_rows)))
+    sweeper = make_store(mock_client, table)
+    log = CallLog(mock_client)
+    assert [r.key for r in sweeper.claim_due(T0, 10, "n1", MINUTE)] == [("a", 1), ("b", 1),
+                                                                         ("c", 1)]
+    log.close()
+    # one bootstrap scan, then Queries on the non-empty old buckets and the recent ones
+    assert log.names.count("Scan") == 1
+    assert log.names.count("Query") <= 3 + 2 * sweeper.shards
+
+
+def test_cursor_advances_past_settled_empty_buckets_and_is_durable(mock_client, table, calls):
+    """In-process moto: once old buckets are swept empty and settled, the cursor moves past
+    them and is stored, so a new store object (a restart) reads only recent buckets."""
+    store = make_store(mock_client, table)
+    store.commit(Commit(timers_put=(timer("a", 1, T0), timer("a", 2, T0 + 10 * MINUTE))))
+    [row] = store.claim_due(T0, 10, "n1", MINUTE)
+    store.commit(Commit(complete=TimerCompletion(row.key, "fired")))
+    store.claim_due(T0 + 5 * MINUTE, 10, "n1", MINUTE)
+    cursors = {int(i["pk"]["S"].split("#")[1]): int(i["bucket"]["N"])
+               for i in table_items(mock_client, table) if i["pk"]["S"].startswith("sweep#")}
+    assert sorted(cursors) == list(range(store.shards))
+    # every bucket that ended settle_ms (1 min) before now was read empty: skipped for good
+    assert set(cursors.values()) == {(T0 + 5 * MINUTE - store.settle_ms) // MINUTE}
+
+    restarted = make_store(mock_client, table)
+    calls.take()
+    [row2] = restarted.claim_due(T0 + 10 * MINUTE, 10, "n2", MINUTE)
+    assert row2.key == ("a", 2)
+    names = calls.take()
+    assert "Scan" not in names  # no bootstrap: the durable cursors were used
+    # 12 buckets from the cursor to now; far from a day's worth
+    assert names.count("Query") <= restarted.shards * 12
+
+
+def test_writing_below_a_known_cursor_lowers_it(mock_client, table):
+    """In-process moto: a row this store writes into an already-swept bucket (here a
+    retry_timer at an old time) lowers the cursor, so it is not stranded."""
+    store = make_store(mock_client, table)
+    store.commit(Commit(timers_put=(timer("a", 1, T0),)))
+    store.claim_due(T0 + 30 * MINUTE, 10, "n1", MINUTE)
+    store.release(("a", 1), "n1", error="x", next_attempt_at_ms=0, dead=True)
+    store.claim_due(T0 + 60 * MINUTE, 10, "n1", MINUTE)  # cursor now well past T0
+    assert store.retry_timer(("a", 1), T0 - DAY)
+    assert [r.key for r in store.claim_due(T0 + 61 * MINUTE, 10, "n1", MINUTE)] == [("a", 1)]
+    other = make_store(mock_client, table)  # the lowered cursor is durable too
+    assert [r.key for r in other.claim_due(T0 + 61 * MINUTE, 10, "n2", MINUTE)] == [("a", 1)]
+
+
+def test_reset_sweep_cursors_bootstraps_again(mock_client, table):
+    """In-process moto: after a reset, the next sweep scans the index to rebuild cursors,
+    finding a row written below the cursor by another process."""
+    store = make_store(mock_client, table)
+    store.claim_due(T0 + DAY, 10, "n1", MINUTE)  # cursors at about T0 + 1 day
+    make_store(mock_client, table).commit(Commit(timers_put=(timer("a", 1, T0),)))
+    assert store.claim_due(T0 + DAY, 10, "n1", MINUTE) == []  # stranded below the cursor
+    store.reset_sweep_cursors()
+    assert [r.key for r in store.claim_due(T0 + DAY, 10, "n1", MINUTE)] == [("a", 1)]
+
+
+def test_catch_up_after_an_outage_scans_once_instead_of_probing_every_bucket(mock_client,
+                                                                              table, calls):
+    """In-process moto: a sweeper back after 12 hours finds the rows of that period with
+    one index scan and Queries on the non-empty buckets only, not 720 x shards Queries."""
+    store = make_store(mock_client, table)
+    store.claim_due(T0, 10, "n1", MINUTE)  # cursors near T0, then the sweeper stops
+    rows = [timer("a", i, T0 + i * 2 * 60 * MINUTE) for i in range(1, 6)]  # every 2 hours
+    store.commit(Commit(timers_put=tuple(rows)))
+    calls.take()
+    got = store.claim_due(T0 + 12 * 60 * MINUTE, 10, "n1", MINUTE)
+    assert [r.key for r in got] == [r.key for r in rows]
+    names = calls.take()
+    assert names.count("Scan") == 1
+    assert names.count("Query") <= 5 + 3 * store.shards  # the row buckets + the recent ones
+    assert store.claim_due(T0 + 12 * 60 * MINUTE + 1, 10, "n1", MINUTE) == []
+    assert "Scan" not in calls.take()  # caught up: back to probing recent buckets
+
+
+def test_long_catch_up_without_scanning_is_split_over_calls(mock_client, table):
+    """In-process moto: with catch-up scans off, max_scan_buckets bounds each call's reads
+    and a later call still reaches the rows."""
+    store = make_store(mock_client, table, max_scan_buckets=10, catch_up_buckets=10**9, shards=2)
+    store.claim_due(T0, 10, "n1", MINUTE)  # cursors near T0
+    store.commit(Commit(timers_put=(timer("a", 1, T0 + 30 * MINUTE),)))
+    now = T0 + 60 * MINUTE
+    results = [store.claim_due(now, 10, "n1", MINUTE) for _ in range(6)]
+    assert [len(rows) for rows in results] == [0, 0, 0, 1, 0, 0]
+
+
+def test_owned_shards_restrict_the_sweep(mock_client, table):
+    """In-process moto: a store told its shards (a set, or anything with ``held``) claims only
+    rows of those shards."""
+    rows = [timer(f"i{n}", 1, T0) for n in range(16)]
+    make_store(mock_client, table).commit(Commit(timers_put=tuple(rows)))
+    probe = make_store(mock_client, table)
+    by_shard = {probe.shard_of(r.key) for r in rows}
+    mine = {min(by_shard)}
+
+    class Leases:
+        held = frozenset(mine)
+
+    for owned in (mine, Leases()):
+        store = make_store(mock_client, table, owned_shards=owned)
+        got = store.claim_due(T0, 100, "n1", MINUTE)
+        assert got and {store.shard_of(r.key) for r in got} == mine
+    assert make_store(mock_client, table, owned_shards=set()).claim_due(T0, 100, "n1", MINUTE) == []
+
+
+def test_next_due_far_future_and_bounded_scan(mock_client, table):
+    """In-process moto: next_due finds a row beyond its probe horizon with the fallback scan,
+    and when that scan is cut short it answers a safe lower bound, never a later time."""
+    store = make_store(mock_client, table)
+    store.claim_due(T0, 10, "n1", MINUTE)  # cursors near T0
+    far = T0 + 30 * DAY
+    store.commit(Commit(timers_put=tuple(timer("a", i, far + i) for i in range(5))))
+    assert store.next_due() == far
+    tight = make_store(mock_client, table, next_due_scan_items=2)
+    tight.claim_due(T0, 10, "n1", MINUTE)
+    bound = tight.next_due()
+    assert T0 < bound <= far
+
+
+# --------------------------------------------------------------------------- errors
+
+
+class FlakyClient:
+    """Wraps a client; the named operation raises the given errors first, then works."""
+
+    def __init__(self, client, op, errors):
+        self._client, self._op, self._errors = client, op, list(errors)
+        self.attempts = 0
+
+    def __getattr__(self, name):
+        real = getattr(self._client, name)
+        if name != self._op:
+            return real
+
+        def flaky(**kwargs):
+            self.attempts += 1
+            if self._errors:
+                raise self._errors.pop(0)
+            return real(**kwargs)
+        return flaky
+
+
+def client_error(code, message="x", **extra):
+    return ClientError({"Error": {"Code": code, "Message": message}, **extra}, "Op")
+
+
+@pytest.mark.parametrize("code", ["ProvisionedThroughputExceededException",
+                                  "ThrottlingException", "RequestLimitExceeded"])
+def test_throttling_is_retried_then_succeeds(mock_client, table, code):
+    """In-process moto behind a wrapper that throttles the first two calls: the third lands."""
+    flaky = FlakyClient(mock_client, "put_item", [client_error(code), client_error(code)])
+    store = make_store(flaky, table)
+    create(store, "a")
+    assert flaky.attempts == 3
+    assert store.load("a").version == 1
+
+
+def test_persistent_throttling_becomes_store_unavailable(mock_client, table):
+    """In-process moto behind a throttling wrapper: after ``retries`` attempts, StoreUnavailable."""
+    flaky = FlakyClient(mock_client, "put_item",
+                        [client_error("ThrottlingException")] * 10)
+    store = make_store(flaky, table, retries=3)
+    with pytest.raises(StoreUnavailable, match="3 attempts"):
+        create(store, "a")
+    assert flaky.attempts == 3
+
+
+def test_transaction_conflict_reason_is_retried(mock_client, table):
+    """In-process moto behind a wrapper: a cancellation for TransactionConflict is retried."""
+    cancelled = client_error("TransactionCanceledException", CancellationReasons=[
+        {"Code": "TransactionConflict"}, {"Code": "None"}])
+    flaky = FlakyClient(mock_client, "transact_write_items", [cancelled])
+    store = make_store(flaky, table)
+    create(store, "a", timers_put=[timer("a", 1, 10)])
+    assert flaky.attempts == 2
+    assert store.get_timer(("a", 1)).state == PENDING
+
+
+@pytest.mark.parametrize("error, expected", [
+    (client_error("ConditionalCheckFailedException"), ConflictError),
+    (client_error("ResourceNotFoundException"), StoreUnavailable),
+    (client_error("ValidationException", "Item size has exceeded the maximum allowed size"),
+     ItemTooLarge),
+    (client_error("AccessDeniedException"), StoreError),
+    (EndpointConnectionError(endpoint_url="http://nowhere"), StoreUnavailable),
+])
+def test_only_statebound_errors_escape(mock_client, table, error, expected):
+    """In-process moto behind a failing wrapper: each botocore error maps to a typed error."""
+    store = make_store(FlakyClient(mock_client, "get_item", [error]), table)
+    with pytest.raises(expected) as err:
+        store.load("a")
+    assert isinstance(err.value.__cause__, type(error))
+
+
+def test_conflict_names_the_instance_and_its_version(dstore):
+    """In-process moto: the cancellation reason is pinned on the right position."""
+    create(dstore, "a")
+    create(dstore, "b")
+    dstore.commit(Commit(writes=(update("b", 1),)))
+    with pytest.raises(ConflictError) as err:
+        dstore.commit(Commit(writes=(update("a", 1), update("b", 1)),
+                             timers_put=(timer("a", 1, 10),)))
+    assert (err.value.instance_id, err.value.current) == ("b", 2)
+
+
+def test_a_lost_fire_reports_the_row_not_the_version(dstore):
+    """In-process moto: when the fired row is done and the position moved too, the
+    ConflictError is about the row (retrying after a reload cannot help)."""
+    create(dstore, "a", timers_put=[timer("a", 1, 10)])
+    dstore.commit(Commit(writes=(update("a", 1),), complete=TimerCompletion(("a", 1), "fired")))
+    with pytest.raises(ConflictError, match="no longer claimable") as err:
+        dstore.commit(Commit(writes=(update("a", 1),), complete=TimerCompletion(("a", 1), "fired")))
+    assert err.value.instance_id is None
+
+
+class RepeatingClient:
+    """Wraps a client; the named operation is sent twice, as when botocore retries a
+    request whose first response was lost. The caller sees the second response."""
+
+    def __init__(self, client, op):
+        self._client, self._op = client, op
+
+    def __getattr__(self, name):
+        real = getattr(self._client, name)
+        if name != self._op:
+            return real
+
+        def twice(**kwargs):
+            real(**kwargs)
+            return real(**kwargs)
+        return twice
+
+
+@pytest.mark.parametrize("op", ["put_item", "transact_write_items"])
+def test_a_retried_commit_that_already_landed_is_not_a_conflict(mock_client, table, op):
+    """In-process moto: the repeated request's condition fails on the commit's own write;
+    the ``commit_token`` shows it, so the commit succeeds once instead of raising
+    ConflictError (which would make the host apply the event a second time). moto ignores
+    ClientRequestToken, so this also stands in for DynamoDB's own idempotency window."""
+    store = make_store(RepeatingClient(mock_client, op), table)
+    timers = [timer("a", 1, 10)] if op == "transact_write_items" else []
+    create(store, "a", timers_put=timers)
+    store.commit(Commit(writes=(update("a", 1, blob=b"two"),), timers_put=tuple(timers)))
+    rec = store.load("a")
+    assert (rec.version, rec.blob) == (2, b"two")
+    other = make_store(mock_client, table)
+    with pytest.raises(ConflictError):  # a genuine conflict is still one
+        other.commit(Commit(writes=(update("a", 1, blob=b"stale"),), timers_put=tuple(timers)))
+
+
+def test_soft_claims_are_per_store_object(mock_client, table):
+    """In-process moto: another store object (another process) is not stopped by a soft
+    claim; only one of the two completions commits."""
+    a, b = make_store(mock_client, table), make_store(mock_client, table)
+    create(a, "x", timers_put=[timer("x", 1, 10)])
+    [ra] = a.claim_due(10, 10, "n1", MINUTE)
+    [rb] = b.claim_due(10, 10, "n2", MINUTE)
+    assert ra.key == rb.key
+    a.commit(Commit(writes=(update("x", 1),), complete=TimerCompletion(ra.key, "fired", node_id="n1")))
+    with pytest.raises(ConflictError):
+        b.commit(Commit(writes=(update("x", 2),), complete=TimerCompletion(rb.key, "fired",
+                                                                           node_id="n2")))
+    assert a.get_timer(("x", 1)).state == DONE
+
+
+def test_threads_sharing_a_store_never_get_the_same_row(dstore):
+    """In-process moto, threads on one store object: soft claims are taken under the
+    store's lock, so the rows handed out are disjoint and all are handed out."""
+    import threading
+
+    dstore.commit(Commit(timers_put=tuple(timer(f"i{n}", 1, 10) for n in range(40))))
+    got: list = []
+    start = threading.Barrier(4)
+
+    def sweep(node):
+        start.wait()
+        while rows := dstore.claim_due(10, 3, node, MINUTE):
+            got.extend(r.key for r in rows)
+
+    threads = [threading.Thread(target=sweep, args=(f"n{i}",)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert sorted(got) == sorted((f"i{n}", 1) for n in range(40))
+
+
+def test_dead_timers_ordering_and_state(dstore):
+    """In-process moto: dead rows list by key from the dead index."""
+    dstore.commit(Commit(timers_put=(timer("b", 2, 10), timer("a", 9, 10), timer("a", 10, 10))))
+    dstore.claim_due(10, 10, "n1", MINUTE)
+    for key in [("b", 2), ("a", 10), ("a", 9)]:
+        dstore.release(key, "n1", error="x", next_attempt_at_ms=20, dead=True)
+    assert [r.key for r in dstore.dead_timers()] == [("a", 9), ("a", 10), ("b", 2)]
+    assert {r.state for r in dstore.dead_timers()} == {DEAD}
+
+
+def test_long_error_text_is_truncated(dstore):
+    """In-process moto: a huge traceback cannot push a row over the item limit on release."""
+    dstore.commit(Commit(timers_put=(timer("a", 1, 10),)))
+    dstore.claim_due(10, 10, "n1", MINUTE)
+    dstore.release(("a", 1), "n1", error="E" * 1_000_000, next_attempt_at_ms=20, dead=False)
+    assert len(dstore.get_timer(("a", 1)).last_error) == 8_000
+
+
+def test_positions_write_through_position_write_fields(dstore):
+    """In-process moto: a PositionWrite with no parent leaves none; refs round-trip."""
+    dstore.commit(Commit(writes=(PositionWrite("a", "c", None, b"b", "running",
+                                               (TimerRef(0, "s0"),)),)))
+    rec = dstore.load("a")
+    assert (rec.parent, rec.timers) == (None, (TimerRef(0, "s0"),))
