@@ -83,6 +83,7 @@ class ContentMixin:
             self.raise_error("error.execution", str(exc), getattr(exc, "sendid", None))
 
     def execute_action(self, a: Action, owner: int) -> None:
+        """Run one action; an ``EvaluationError`` propagates to the enclosing block."""
         t = type(a)
         ctx = self.ctx
         if t is Assign:
@@ -111,6 +112,7 @@ class ContentMixin:
             raise EvaluationError(f"unknown action {a!r}")
 
     def foreach(self, a: Foreach, owner: int) -> None:
+        """``<foreach>`` over a shallow copy of the array; a failing child stops it all."""
         ctx = self.ctx
         seq = ctx.evaluate(a.array)
         if isinstance(seq, dict) or isinstance(seq, (str, bytes)) or not hasattr(seq, "__iter__"):
@@ -131,6 +133,7 @@ class ContentMixin:
 
     # ------------------------------------------------------------------ data
     def declare_unbound(self, name: str) -> None:
+        """Create a variable with no value yet (late binding, or after a failed ``<data>``)."""
         try:
             self.ctx.declare(name, None)
         except EvaluationError:
@@ -320,6 +323,7 @@ class ContentMixin:
         m.invocations[:] = keep  # type: ignore[attr-defined]
 
     def emit_autoforward(self, inv: Invocation, event: Event) -> None:
+        """Ask the host to forward an external event to an ``autoforward`` child."""
         self.effects.append(Autoforward(invokeid=inv.invokeid, event=event, **self.stamp()))
 
     # ------------------------------------------------------------------ done
