@@ -160,8 +160,11 @@ def cmd_start(args: argparse.Namespace) -> int:
     chart, source = _load_chart_file(args.chart)
     host, reg = _host(args)
     reg.remember(chart, str(Path(args.chart).resolve()), source)
+    data = _parse_data(args.data)
+    if data is not None and not isinstance(data, dict):
+        raise CliError(f"--data for start must be a JSON object, not {type(data).__name__}", EXIT_USAGE)
     host.register(chart)
-    pos = host.start(chart.name, args.id, _parse_data(args.data))
+    pos = host.start(chart.name, args.id, data)
     d = _position_dict(pos, host, args.id)
     _emit(args, d, _human_position(d))
     return 0
@@ -313,8 +316,8 @@ def _drive_worker(db: str, lines: list[tuple[int, dict[str, Any]]], progress: An
             else:
                 host.send(item["instance"], Event(item["event"], item.get("data")))
             ok += 1
-        except StateboundError as exc:
-            errors.append(f"line {lineno}: {exc}")
+        except (StateboundError, ValueError, TypeError) as exc:  # bad id, non-object data...
+            errors.append(f"line {lineno}: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}")
         if progress is not None and n % 50 == 0:
             progress.put(50)
     if progress is not None:
@@ -367,12 +370,20 @@ def cmd_drive(args: argparse.Namespace) -> int:
     if workers == 1:
         import queue
         q: Any = queue.SimpleQueue()
-        t = threading.Thread(target=lambda: q.put(("result", _drive_worker(args.db, parts[0], q))))
+        def work() -> None:
+            try:
+                q.put(("result", _drive_worker(args.db, parts[0], q)))
+            except BaseException as exc:  # never leave the loop below waiting forever
+                q.put(("error", exc))
+        t = threading.Thread(target=work)
         t.start()
         done = 0
         while True:
             msg = q.get()
             if isinstance(msg, tuple):
+                if msg[0] == "error":
+                    t.join()
+                    raise msg[1]
                 ok, errors = msg[1]
                 break
             done += msg
@@ -487,13 +498,27 @@ def cmd_dynamodb(args: argparse.Namespace) -> int:
 # --------------------------------------------------------------------------- main
 
 
+class _Parser(argparse.ArgumentParser):
+    """Usage errors are one line too (``statebound send: error: ...``), exit code 2."""
+
+    def error(self, message: str) -> Any:
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message.splitlines()[0] if message else ''}\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser (exposed for documentation and tests)."""
-    p = argparse.ArgumentParser(prog="statebound", description="Durable SCXML statecharts.")
+    p = _Parser(prog="statebound", description="Durable SCXML statecharts.")
     p.add_argument("--db", default=os.environ.get("STATEBOUND_DB", "statebound.db"),
                    help="SQLite database (default: $STATEBOUND_DB or statebound.db)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
+    # --db and --json are also accepted after the command (`statebound show ID --json`);
+    # SUPPRESS keeps the global value when they are not repeated there.
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--db", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+    common.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
     sub = p.add_subparsers(dest="cmd", required=True)
+    _add = sub.add_parser
+    sub.add_parser = lambda name, **kw: _add(name, parents=[common], **kw)  # type: ignore[method-assign]
 
     s = sub.add_parser("start", help="start an instance of a chart")
     s.add_argument("chart")
@@ -564,7 +589,10 @@ _CODES = ((InstanceNotFound, EXIT_NOT_FOUND), (UnknownChart, EXIT_NOT_FOUND), (I
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; returns the exit code."""
     parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # --help, or a usage error already printed on one line
+        return exc.code if isinstance(exc.code, int) else EXIT_USAGE
     try:
         return args.fn(args)
     except CliError as exc:
@@ -580,6 +608,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
     except BrokenPipeError:
         return 0
+    except ValueError as exc:  # e.g. an instance id the host refuses ('::', empty, too long)
+        print(f"statebound: error: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}",
+              file=sys.stderr)
+        return EXIT_USAGE
+    except Exception as exc:  # never a traceback; STATEBOUND_TRACEBACK=1 shows it
+        if os.environ.get("STATEBOUND_TRACEBACK"):
+            raise
+        text = str(exc).splitlines()[0] if str(exc) else ""
+        print(f"statebound: error: {type(exc).__name__}: {text}", file=sys.stderr)
+        return EXIT_ERROR
 
 
 if __name__ == "__main__":  # pragma: no cover

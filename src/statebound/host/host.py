@@ -140,7 +140,26 @@ class Host:
         try:
             return self._charts[name]
         except KeyError:
-            raise UnknownChart(name) from None
+            pass
+        chart = self._resolve_src_chart(name)
+        if chart is None:
+            raise UnknownChart(name)
+        self.register(chart)
+        return chart
+
+    def _resolve_src_chart(self, name: str) -> Chart | None:
+        """A chart that an ``<invoke src>``/``srcexpr`` loaded at run time is named
+        ``{parent}/{state}.src:{src}`` and was registered only in the process that ran the
+        invoke. Any other host on the store (a restarted process, a sweeper, the CLI) re-reads
+        it from beside the parent chart; the blob's identity check catches a changed file."""
+        head, sep, src = name.rpartition(".src:")
+        if not sep or "/" not in head or not src:
+            return None
+        try:
+            parent = self.chart(head.rsplit("/", 1)[0])
+            return Chart.from_file(_src_path(parent, src), name=name)
+        except (StateboundError, OSError):
+            return None
 
     @property
     def charts(self) -> Mapping[str, Chart]:
@@ -536,9 +555,7 @@ class Host:
                                          base_path=pos.chart.base_path)
             elif chart is None and eff.src:
                 src = eff.src[5:] if eff.src.startswith("file:") else eff.src
-                import os
-                path = src if os.path.isabs(src) else os.path.join(pos.chart.base_path or ".", src)
-                chart = Chart.from_file(path, name=f"{pos.chart.name}/{eff.state}.src:{src}")
+                chart = Chart.from_file(_src_path(pos.chart, src), name=f"{pos.chart.name}/{eff.state}.src:{src}")
             if chart is None:
                 raise ChartError("the <invoke> names no chart")
         except StateboundError as exc:
@@ -571,6 +588,11 @@ class Host:
 
 class _AlreadyDone(Exception):
     """Internal: the row being fired was completed by someone else."""
+
+
+def _src_path(parent: Chart, src: str) -> str:
+    import os
+    return src if os.path.isabs(src) else os.path.join(parent.base_path or ".", src)
 
 
 def _bump_ordinal(pos: Position) -> Position:

@@ -9,6 +9,7 @@ fire's commit is conditional, so a row is applied at most once.
 
 from __future__ import annotations
 
+import logging
 import os
 import random
 import socket
@@ -16,7 +17,10 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from ..exceptions import StoreUnavailable
 from .host import FireResult, Host
+
+log = logging.getLogger("statebound")
 
 __all__ = ["Sweeper", "SweepReport", "SweeperMetrics"]
 
@@ -130,16 +134,29 @@ class Sweeper:
                 return False
             return stop.is_set() if isinstance(stop, threading.Event) else bool(stop())
 
+        failures = 0
         while not stopped():
-            report = self.run_once()
+            try:
+                report = self.run_once()
+                failures = 0
+            except StoreUnavailable as exc:
+                # A locked database or a throttled table is transient: back off and keep
+                # going rather than letting one bad moment stop every timer.
+                failures += 1
+                wait = min(self.interval_s * (2 ** min(failures, 6)), 60.0)
+                log.warning("sweep failed (%s); retrying in %.1fs", exc, wait)
+                self._wait(stop, wait)
+                continue
             if report.total >= self.batch:
                 continue  # more may be due: do not sleep
-            wait = self.sleep_time()
-            if isinstance(stop, threading.Event):
-                stop.wait(wait)
-            else:
-                self.host.clock.sleep(wait)
+            self._wait(stop, self.sleep_time())
         return self.metrics
+
+    def _wait(self, stop: threading.Event | Callable[[], bool] | None, seconds: float) -> None:
+        if isinstance(stop, threading.Event):
+            stop.wait(seconds)
+        else:
+            self.host.clock.sleep(seconds)
 
 
 def _report(results: list[FireResult]) -> SweepReport:

@@ -1,0 +1,298 @@
+"""The ``statebound`` command: in-process through ``statebound.cli.main`` (capsys), and once
+through a real ``python -m statebound.cli`` subprocess.
+
+Every error case checks the contract: a non-zero exit code, exactly one line on stderr,
+no traceback, nothing on stdout.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+import statebound as sb
+from statebound.cli import main
+
+ROOT = Path(__file__).resolve().parent.parent
+ORDER = str(ROOT / "examples" / "order" / "order.scxml")
+
+
+@pytest.fixture
+def db(tmp_path, monkeypatch):
+    path = tmp_path / "cli.db"
+    monkeypatch.setenv("STATEBOUND_DB", str(path))
+    monkeypatch.chdir(tmp_path)
+    return path
+
+
+def run(capsys, *argv):
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def ok(capsys, *argv):
+    code, out, err = run(capsys, *argv)
+    assert code == 0, err
+    assert "Traceback" not in err
+    return out
+
+
+def ok_json(capsys, *argv):
+    return json.loads(ok(capsys, "--json", *argv))
+
+
+def fails(capsys, *argv, code=None):
+    rc, out, err = run(capsys, *argv)
+    assert rc != 0
+    if code is not None:
+        assert rc == code, err
+    assert "Traceback" not in err
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1, err
+    assert lines[0].startswith("statebound"), lines
+    assert out == ""
+    return lines[0]
+
+
+# ----------------------------------------------------------------------------- happy paths
+
+
+def test_start_send_show_human_and_json(db, capsys):
+    out = ok(capsys, "start", ORDER, "o1", "--data", '{"amount": 25, "payment_timeout": "1h"}')
+    assert "o1" in out and "[order]" in out and "running" in out and "Pending" in out
+    assert db.exists()                                # STATEBOUND_DB is the default --db
+    d = ok_json(capsys, "send", "o1", "StartPayment", "--data", '{"card": "4242"}')
+    assert d["configuration"] == ["Started"] and d["status"] == "running"
+    assert d["datamodel"]["card"] == "4242" and d["datamodel"]["amount"] == 25
+    assert [t["name"] for t in d["timers"]] == ["PaymentTimeout"]
+    out = ok(capsys, "show", "o1")
+    assert "Started" in out and "PaymentTimeout" in out and "4242" in out
+    d = ok_json(capsys, "show", "o1")
+    assert d["instance"] == "o1" and d["macrostep"] == 1
+    # --json also works after the command
+    assert json.loads(ok(capsys, "show", "o1", "--json"))["instance"] == "o1"
+    # the state is in the file: a library host sees the same
+    store = sb.SQLiteStore(db)
+    host = sb.Host([sb.Chart.from_file(ORDER)], store=store)
+    assert host.get("o1").configuration == frozenset({"Started"})
+    store.close()
+
+
+def test_db_flag_overrides_env(db, capsys, tmp_path):
+    other = tmp_path / "other.db"
+    ok(capsys, "--db", str(other), "start", ORDER, "x")
+    assert other.exists() and not db.exists()
+    fails(capsys, "show", "x", code=3)                # not in $STATEBOUND_DB
+    assert ok_json(capsys, "--db", str(other), "show", "x")["instance"] == "x"
+    assert ok_json(capsys, "show", "x", "--db", str(other))["instance"] == "x"
+
+
+def test_timers_lists_names_and_due_times(db, capsys):
+    ok(capsys, "start", ORDER, "o1", "--data", '{"payment_timeout": "1h"}')
+    before = time.time()
+    ok(capsys, "send", "o1", "StartPayment")
+    rows = ok_json(capsys, "timers", "o1")
+    assert len(rows) == 1
+    [r] = rows
+    assert r["name"] == "PaymentTimeout" and r["state"] == "pending" and r["ordinal"] == 1
+    assert abs(r["due_at_ms"] / 1000 - (before + 3600)) < 30
+    assert r["due_at"] == time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(r["due_at_ms"] / 1000))
+    out = ok(capsys, "timers", "o1")
+    assert "PaymentTimeout" in out and r["due_at"] in out
+    ok(capsys, "send", "o1", "Complete")
+    assert ok_json(capsys, "timers", "o1") == []
+    assert "no pending timers" in ok(capsys, "timers", "o1")
+
+
+def test_sweep_once_and_until_idle(db, capsys):
+    for i in range(3):
+        ok(capsys, "start", ORDER, f"o{i}", "--data", '{"payment_timeout": "1ms"}')
+        ok(capsys, "send", f"o{i}", "StartPayment")
+    time.sleep(0.02)
+    d = ok_json(capsys, "sweep", "--once", "--batch", "1")
+    assert d["fired"] == 1 and d["failed"] == 0
+    out = ok(capsys, "sweep", "--until-idle")
+    assert "fired 2" in out
+    assert ok_json(capsys, "sweep", "--once")["fired"] == 0
+    for i in range(3):
+        assert ok_json(capsys, "show", f"o{i}")["configuration"] == ["Cancelled"]
+
+
+def test_delete(db, capsys):
+    ok(capsys, "start", ORDER, "o1")
+    ok(capsys, "send", "o1", "StartPayment")
+    assert "deleted o1" in ok(capsys, "delete", "o1")
+    fails(capsys, "show", "o1", code=3)
+    fails(capsys, "delete", "o1", code=3)
+
+
+def test_validate(db, capsys):
+    out = ok(capsys, "validate", ORDER)
+    assert "valid" in out and "order" in out and "sha256:" in out
+    d = ok_json(capsys, "validate", ORDER)
+    assert d["valid"] is True and d["name"] == "order" and d["states"] == 4
+    assert d["identity"] == sb.Chart.from_file(ORDER).identity
+
+
+def test_diagram_is_mermaid(db, capsys):
+    out = ok(capsys, "diagram", ORDER)
+    lines = [line.strip() for line in out.splitlines()]
+    assert lines[0] == "stateDiagram-v2"
+    assert "[*] --> Pending" in lines
+    for t in ("Pending --> Started : StartPayment", "Pending --> Cancelled : Cancel",
+              "Started --> Done : Complete", "Started --> Cancelled : PaymentTimeout"):
+        assert t in lines, t
+    assert "Done --> [*]" in lines and "Cancelled --> [*]" in lines
+    assert ok_json(capsys, "diagram", ORDER)["mermaid"] == out.rstrip("\n")
+
+
+def _events(tmp_path, n_orders):
+    p = tmp_path / "events.jsonl"
+    lines = []
+    for i in range(n_orders):
+        lines.append({"instance": f"d{i}", "start": "order", "data": {"payment_timeout": "1h"}})
+    lines.append({})  # written as a blank line: skipped
+    for i in range(n_orders):
+        lines.append({"instance": f"d{i}", "event": "StartPayment", "data": {"card": str(i)}})
+        if i % 2:
+            lines.append({"instance": f"d{i}", "event": "Complete", "data": None})
+    p.write_text("\n".join("" if not x else json.dumps(x) for x in lines) + "\n")
+    return p
+
+
+def test_drive_jsonl_one_worker(db, capsys, tmp_path):
+    ok(capsys, "start", ORDER, "seed")                 # registers the chart by name
+    p = _events(tmp_path, 6)
+    d = ok_json(capsys, "drive", str(p))
+    assert d["events"] == 6 + 6 + 3 and d["ok"] == d["events"] and d["errors"] == []
+    for i in range(6):
+        s = ok_json(capsys, "show", f"d{i}")
+        assert s["configuration"] == (["Done"] if i % 2 else ["Started"])
+        assert s["datamodel"]["card"] == str(i)
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("\n")
+    assert ok_json(capsys, "drive", str(empty))["events"] == 0
+
+
+def test_drive_jsonl_workers_and_line_errors(db, capsys, tmp_path):
+    ok(capsys, "start", ORDER, "seed")
+    p = _events(tmp_path, 8)
+    d = ok_json(capsys, "drive", str(p), "--workers", "2")
+    assert d["ok"] == d["events"] == 8 + 8 + 4
+    for i in range(8):
+        assert ok_json(capsys, "show", f"d{i}")["configuration"] == (["Done"] if i % 2 else ["Started"])
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(json.dumps({"instance": "ghost", "event": "x"}) + "\n"
+                   + json.dumps({"instance": "a::b", "start": "order"}) + "\n"
+                   + json.dumps({"instance": "d0", "event": "Complete"}) + "\n")
+    code, out, err = run(capsys, "--json", "drive", str(bad))
+    assert code == 1 and "Traceback" not in err
+    d = json.loads(out)
+    assert d["ok"] == 1 and len(d["errors"]) == 2
+    assert any("line 1" in e and "ghost" in e for e in d["errors"])
+    assert any("line 2" in e for e in d["errors"])
+
+
+def _blob(tmp_path, chart_path=ORDER):
+    chart = sb.Chart.from_file(chart_path)
+    interp = sb.Interpreter(chart)
+    pos, _ = interp.start("s1", {"amount": 7})
+    pos, _ = interp.drive(pos, sb.Event("StartPayment", {"card": "c"}))
+    p = tmp_path / "pos.bin"
+    p.write_bytes(pos.to_bytes())
+    return p, chart
+
+
+def test_inspect(db, capsys, tmp_path):
+    blob, chart = _blob(tmp_path)
+    out = ok(capsys, "inspect", str(blob))
+    assert "format v1" in out and chart.identity in out and "--chart" in out
+    out = ok(capsys, "inspect", str(blob), "--chart", ORDER)
+    assert "Started" in out and "s1" in out
+    d = ok_json(capsys, "inspect", str(blob), "--chart", ORDER)
+    assert d["header"]["chart_identity"] == chart.identity and d["header"]["chart_name"] == "order"
+    assert d["header"]["size"] == blob.stat().st_size
+    assert d["position"]["configuration"] == ["Started"]
+    assert d["position"]["datamodel"]["amount"] == 7
+    assert "position" not in ok_json(capsys, "inspect", str(blob))
+
+
+def test_migrate_with_map(db, capsys, tmp_path):
+    blob, _ = _blob(tmp_path)
+    text = Path(ORDER).read_text()
+    new = tmp_path / "order2.scxml"
+    new.write_text(text.replace('target="Started"', 'target="Paying"').replace('id="Started"', 'id="Paying"'))
+    line = fails(capsys, "migrate", str(blob), "--from", ORDER, "--to", str(new), "-o", str(tmp_path / "x"))
+    assert "Started" in line                          # breaking without a map: says which state
+    assert not (tmp_path / "x").exists()
+    out_path = tmp_path / "moved.bin"
+    d = ok_json(capsys, "migrate", str(blob), "--from", ORDER, "--to", str(new), "--map", "Started=Paying",
+                "-o", str(out_path))
+    assert d["output"] == str(out_path)
+    moved = sb.Position.from_bytes(out_path.read_bytes(), sb.Chart.from_file(new))
+    assert moved.configuration == frozenset({"Paying"}) and moved.datamodel["amount"] == 7
+    assert ok_json(capsys, "inspect", str(out_path), "--chart", str(new))["position"]["configuration"] == ["Paying"]
+    fails(capsys, "migrate", str(blob), "--from", ORDER, "--to", str(new), "--map", "Started", code=2)
+
+
+# ----------------------------------------------------------------------------- errors
+
+
+def test_errors_are_one_line_and_nonzero(db, capsys, tmp_path):
+    ok(capsys, "start", ORDER, "o1")
+    ok(capsys, "send", "o1", "Cancel")                 # o1 is now done
+    bad = tmp_path / "bad.scxml"
+    bad.write_text('<scxml xmlns="http://www.w3.org/2005/07/scxml" version="1.0" initial="nope">'
+                   '<state id="a"><transition event="e" target="ghost"/></state></scxml>')
+    malformed = tmp_path / "malformed.scxml"
+    malformed.write_text("<scxml")
+    notjson = tmp_path / "bad.jsonl"
+    notjson.write_text("{not json\n")
+    junk = tmp_path / "junk.bin"
+    junk.write_bytes(b"definitely not a position")
+
+    assert "ghost" in fails(capsys, "send", "ghost", "x", code=3)          # unknown instance
+    fails(capsys, "show", "ghost", code=3)
+    fails(capsys, "timers", "ghost", code=3)
+    assert "o1" in fails(capsys, "send", "o1", "Complete", code=5)        # halted
+    fails(capsys, "start", ORDER, "o1", code=4)                            # exists
+    assert "JSON" in fails(capsys, "send", "o1", "x", "--data", "{nope", code=2)   # bad JSON
+    fails(capsys, "start", ORDER, "o2", "--data", "[1, 2]", code=2)        # data not an object
+    line = fails(capsys, "validate", str(bad))                             # invalid chart
+    assert "nope" in line and "ghost" in line                              # all problems, one line
+    assert "line 1" in fails(capsys, "validate", str(malformed))           # malformed XML
+    fails(capsys, "start", str(bad), "o3")
+    fails(capsys, "diagram", str(bad))
+    for argv in (("validate", "missing.scxml"), ("start", "missing.scxml", "o4"),
+                 ("drive", "missing.jsonl"), ("inspect", "missing.bin")):
+        assert "missing" in fails(capsys, *argv)                           # missing file
+    fails(capsys, "drive", str(notjson), code=2)
+    fails(capsys, "inspect", str(junk))                                    # not a blob
+    fails(capsys, "start", ORDER, "a::b", code=2)                          # id the host refuses
+    fails(capsys, "send", code=2)                                          # usage
+    fails(capsys, "frobnicate", code=2)
+    fails(capsys, "--db", str(junk), "show", "o1")                         # not a database
+    # nothing of the refused calls was written
+    assert ok_json(capsys, "show", "o1")["macrostep"] == 1
+    fails(capsys, "show", "o2", code=3)
+
+
+def test_real_subprocess(tmp_path):
+    dbp = str(tmp_path / "sub.db")
+    base = [sys.executable, "-m", "statebound.cli", "--db", dbp]
+    p = subprocess.run([*base, "--json", "start", ORDER, "o1", "--data", '{"payment_timeout": "2h"}'],
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    assert json.loads(p.stdout)["configuration"] == ["Pending"]
+    p = subprocess.run([*base, "timers", "o1"], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0 and "no pending timers" in p.stdout
+    p = subprocess.run([*base, "send", "ghost", "x"], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 3 and p.stdout == ""
+    assert p.stderr.strip().count("\n") == 0 and "Traceback" not in p.stderr
+    assert "ghost" in p.stderr
