@@ -103,28 +103,10 @@ class Ctx:
         ``repeats`` samples with ``time.perf_counter`` and return their rates."""
         import contextlib
 
-        quiet = quiet or contextlib.nullcontext
-        perf = time.perf_counter
-        with quiet():
-            # warm-up and calibration in one: double n until a run takes >= 50 ms
-            n, dt = 64, 0.0
-            while True:
-                t0 = perf()
-                run(n)
-                dt = perf() - t0
-                if dt >= 0.05 or n >= 1 << 26:
-                    break
-                n *= 2
-            n = max(1, int(n * self.target_s / max(dt, 1e-9)))
-            run(min(n, max(1, n // 4)))  # one more warm-up at the final size's order
-            rates = []
-            for _ in range(self.repeats):
-                gc.collect()
-                t0 = perf()
-                run(n)
-                dt = perf() - t0
-                rates.append(n / dt)
-        m = Measurement(n, rates)
+        m = self.measure_group({"_": (run, quiet or contextlib.nullcontext)})["_"]
+        if isinstance(m, Exception):
+            raise m
+        self.samples.pop("_", None)
         if key:
             self.samples[key] = m.as_json()
         return m

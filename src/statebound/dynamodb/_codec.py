@@ -28,10 +28,10 @@ from __future__ import annotations
 import zlib
 from typing import Any
 
-import msgpack
 
-from ..exceptions import SerializationError, StoreError
-from ..host.store import CLAIMED, DEAD, PENDING, PositionRecord, TimerKey, TimerRef, TimerRow
+from ..exceptions import StoreError
+from ..host.store import (CLAIMED, DEAD, PENDING, PositionRecord, TimerKey, TimerRef, TimerRow, pack_field,
+                          unpack_field)
 
 __all__ = [
     "POSITION_SK", "TIMER_PREFIX", "DUE_INDEX", "DEAD_INDEX", "DEAD_PARTITION",
@@ -71,20 +71,8 @@ def B(value: bytes) -> dict[str, Any]:
     return {"B": bytes(value)}
 
 
-def pack(value: Any, what: str) -> bytes:
-    """Encode ``value`` with msgpack, or raise :class:`SerializationError` naming ``what``."""
-    try:
-        return msgpack.packb(value, use_bin_type=True)
-    except (TypeError, ValueError, OverflowError) as exc:
-        raise SerializationError(f"{what} cannot be stored: {exc}") from exc
-
-
-def unpack(raw: bytes, what: str) -> Any:
-    """Decode msgpack written by :func:`pack`; a damaged value is a :class:`StoreError`."""
-    try:
-        return msgpack.unpackb(raw, raw=False, strict_map_key=False)
-    except Exception as exc:  # msgpack raises a zoo of classes for bad input
-        raise StoreError(f"stored {what} is not valid msgpack: {exc}") from exc
+pack = pack_field      # one encoding for row fields, shared with the other backends
+unpack = unpack_field
 
 
 # --------------------------------------------------------------------------- keys

@@ -36,11 +36,11 @@ from contextlib import contextmanager
 from dataclasses import replace
 from typing import Any
 
-import msgpack
 
-from ..exceptions import ConflictError, SerializationError, StoreError, StoreUnavailable
+from ..exceptions import ConflictError, StoreError, StoreUnavailable
 from .store import (CLAIMED, DEAD, DONE, PENDING, Commit, PositionRecord, PositionWrite, TimerKey,
-                    TimerRef, TimerRow)
+                    TimerRef, TimerRow, pack_field,
+                    unpack_field)
 
 __all__ = ["SQLiteStore", "SCHEMA_VERSION"]
 
@@ -181,17 +181,11 @@ def _map_sqlite_errors() -> Iterator[None]:
 
 
 def _pack(value: Any, what: str) -> bytes:
-    try:
-        return msgpack.packb(value, use_bin_type=True)
-    except (TypeError, ValueError, OverflowError) as exc:
-        raise SerializationError(f"cannot encode {what} for SQLite: {exc}") from exc
+    return pack_field(value, f"{what} (SQLite)")
 
 
 def _unpack(data: bytes, what: str) -> Any:
-    try:
-        return msgpack.unpackb(data, raw=False, strict_map_key=False)
-    except Exception as exc:  # msgpack raises several unrelated types on bad input
-        raise StoreError(f"corrupt {what} in SQLite database: {exc}") from exc
+    return unpack_field(data, f"{what} in the SQLite database")
 
 
 def _pack_refs(refs: Sequence[TimerRef]) -> bytes:

@@ -26,11 +26,34 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
+import msgpack
+
+from ..exceptions import SerializationError, StoreError
+
 __all__ = [
     "TimerRef", "PositionRecord", "TimerRow", "TimerKey", "PositionWrite",
-    "TimerCompletion", "Commit", "Store",
+    "TimerCompletion", "Commit", "Store", "pack_field", "unpack_field",
     "PENDING", "CLAIMED", "DEAD", "DONE",
 ]
+
+def pack_field(value: Any, what: str) -> bytes:
+    """Encode a row field (event, dedup fields, caller context, refs) for a backend.
+
+    :raises SerializationError: naming ``what``, before anything is written.
+    """
+    try:
+        return msgpack.packb(value, use_bin_type=True)
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise SerializationError(f"{what} cannot be stored: {exc}") from exc
+
+
+def unpack_field(raw: bytes, what: str) -> Any:
+    """Decode a field written by :func:`pack_field`; damaged bytes are a :class:`StoreError`."""
+    try:
+        return msgpack.unpackb(raw, raw=False, strict_map_key=False)
+    except Exception as exc:  # msgpack raises several unrelated types on bad input
+        raise StoreError(f"stored {what} is not valid msgpack: {exc}") from exc
+
 
 #: Timer row states.
 PENDING = "pending"
