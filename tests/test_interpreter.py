@@ -25,7 +25,7 @@ import re
 import pytest
 
 import statebound as sb
-from statebound.effects import BudgetExhausted, Done, Log, Send
+from statebound.effects import BudgetExhausted, Done, Log
 
 NS = 'xmlns="http://www.w3.org/2005/07/scxml" version="1.0"'
 
@@ -163,7 +163,7 @@ def test_parallel_conflict_document_order_wins():
 
 
 def test_done_state_of_compound():
-    body = f"""<state id="c"><state id="w"><transition event="finish" target="f"/></state>
+    body = """<state id="c"><state id="w"><transition event="finish" target="f"/></state>
         <final id="f"><donedata><param name="code" expr="7"/></donedata></final>
         <transition event="done.state.c" target="after">
           <log expr="_event.data"/></transition></state><state id="after"/>"""
@@ -323,7 +323,7 @@ def test_eventless_transitions_run_after_an_external_event():
 
 
 def test_eventless_before_internal_events():
-    pos, effects = run(f"""<state id="a"><onentry><raise event="ev"/></onentry>
+    pos, effects = run("""<state id="a"><onentry><raise event="ev"/></onentry>
         <transition target="b"/><transition event="ev" target="wrong"/></state>
         <state id="b"><transition event="ev" target="c"/></state><state id="c"/><state id="wrong"/>""")
     assert pos.configuration == {"c"}
