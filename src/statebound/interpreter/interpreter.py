@@ -17,12 +17,28 @@ from ..events import SCXML_PROCESSOR, Event
 from ..exceptions import (BudgetExceeded, ChartIdentityMismatch, EvaluationError, NotRunning,
                           SerializationError)
 from .algorithm import Machine, OutOfRounds, _put
-from .state import CANCELLED, DONE, RUNNING, Position
+from .state import CANCELLED, DONE, RUNNING, Position, advance, make_position
 
 __all__ = ["Interpreter"]
 
 
 _UNKNOWN = object()
+
+
+def _check_start_data(data: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """Refuse start data that could never be a datamodel, before anything runs."""
+    if not data:
+        return None
+    if not isinstance(data, Mapping):
+        raise TypeError(f"start data must be a mapping, not {type(data).__name__}")
+    for k, v in data.items():
+        if not isinstance(k, str) or not k.isidentifier() or k in SYSTEM_VARIABLES or k.startswith("__"):
+            raise ValueError(f"start data key {k!r} is not a usable variable name")
+        try:
+            check_serializable(v, f"start data {k!r}")
+        except EvaluationError as exc:
+            raise SerializationError(str(exc)) from None
+    return dict(data)
 
 
 def _check_start_data(data: Mapping[str, Any] | None) -> dict[str, Any] | None:
@@ -131,6 +147,15 @@ class Interpreter:
         if chart is not self.chart and chart.identity != self.chart.identity:
             raise ChartIdentityMismatch((self.chart.identity, self.chart.name, self.chart.version),
                                         (chart.identity, chart.name, chart.version))
+        # The static fast path first: a bare event name needs no Event object to be looked up.
+        if type(event) is str and not position.timeouts and not position.invocations:
+            key = (position.states, event)
+            fast = self._static.get(key, _UNKNOWN)
+            if fast is _UNKNOWN:
+                fast = self._static_step(position.states, event) if event else None
+                _put(self._static, key, fast)
+            if fast is not None:
+                return advance(position, fast), ()
         ev = _as_event(event)
         if not ev.is_cancel and not position.timeouts and (not position.invocations or self._quiet_invocations(position, ev)):
             fast = self._static.get((position.states, ev.name), _UNKNOWN)
@@ -138,7 +163,7 @@ class Interpreter:
                 fast = self._static_step(position.states, ev.name)
                 _put(self._static, (position.states, ev.name), fast)
             if fast is not None:
-                return _advance(position, fast), ()
+                return advance(position, fast), ()
         m = self._machine(position, None, caller_context, macrostep=position.macrostep + 1)
         try:
             m.process_external(ev)
@@ -249,7 +274,7 @@ class Interpreter:
 
     def _finish(self, pos: Position, m: Machine, packed: bytes) -> tuple[Position, tuple[Effect, ...]]:
         halted = not m.running
-        new = Position(
+        new = make_position(
             self.chart, pos.session_id, (CANCELLED if m.cancelled else DONE) if halted else RUNNING,
             m.final_config if halted and m.final_config is not None else tuple(sorted(m.config)),
             tuple(sorted(m.history.items())), packed, m.macrostep_no, m.send_counter,

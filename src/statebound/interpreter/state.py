@@ -160,6 +160,55 @@ class Position:
                 f"configuration={{{conf}}}, macrostep={self.macrostep})")
 
 
+# Building a Position is on every drive's path. A frozen dataclass's __init__ pays a
+# name lookup per field through object.__setattr__; the slot descriptors' own setters do
+# the same store for half the cost. Only these two functions use them, and only on a
+# freshly allocated object, so immutability is untouched for everyone else.
+_FIELDS = ("chart", "session_id", "status", "states", "history", "data", "macrostep", "send_counter",
+           "ordinal", "invoke_counter", "invocations", "initialized", "parent", "invokeid", "timeouts",
+           "routes", "ioprocessors", "callbacks")
+(_s_chart, _s_session_id, _s_status, _s_states, _s_history, _s_data, _s_macrostep, _s_send_counter,
+ _s_ordinal, _s_invoke_counter, _s_invocations, _s_initialized, _s_parent, _s_invokeid, _s_timeouts,
+ _s_routes, _s_ioprocessors, _s_callbacks) = (getattr(Position, f).__set__ for f in _FIELDS)
+_new = object.__new__
+
+
+def make_position(chart: Chart, session_id: str, status: str, states: tuple[int, ...],
+                  history: tuple[tuple[int, tuple[int, ...]], ...], data: bytes, macrostep: int,
+                  send_counter: int, ordinal: int, invoke_counter: int, invocations: tuple[Invocation, ...],
+                  initialized: tuple[int, ...], parent: str | None, invokeid: str | None,
+                  timeouts: tuple[ArmedTimeout, ...], routes: Any = None, ioprocessors: Any = None,
+                  callbacks: Any = None) -> Position:
+    """``Position(...)`` with every field given positionally, built the fast way."""
+    o = _new(Position)
+    _s_chart(o, chart)
+    _s_session_id(o, session_id)
+    _s_status(o, status)
+    _s_states(o, states)
+    _s_history(o, history)
+    _s_data(o, data)
+    _s_macrostep(o, macrostep)
+    _s_send_counter(o, send_counter)
+    _s_ordinal(o, ordinal)
+    _s_invoke_counter(o, invoke_counter)
+    _s_invocations(o, invocations)
+    _s_initialized(o, initialized)
+    _s_parent(o, parent)
+    _s_invokeid(o, invokeid)
+    _s_timeouts(o, timeouts)
+    _s_routes(o, routes)
+    _s_ioprocessors(o, ioprocessors)
+    _s_callbacks(o, callbacks)
+    return o
+
+
+def advance(pos: Position, states: tuple[int, ...]) -> Position:
+    """``pos`` one macrostep later in configuration ``states``, everything else unchanged."""
+    return make_position(pos.chart, pos.session_id, pos.status, states, pos.history, pos.data, pos.macrostep + 1,
+                         pos.send_counter, pos.ordinal, pos.invoke_counter, pos.invocations, pos.initialized,
+                         pos.parent, pos.invokeid, pos.timeouts, pos.routes, pos.ioprocessors, pos.callbacks)
+
+
 def _replace(pos: Position, **changes: Any) -> Position:
     from dataclasses import replace
     return replace(pos, **changes)
