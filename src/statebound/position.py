@@ -43,7 +43,8 @@ from .exceptions import (
     SerializationError,
     UnsupportedFormatVersion,
 )
-from .interpreter.state import CANCELLED, DONE, RUNNING, ArmedTimeout, Invocation, Position, register_codec
+from .interpreter.state import (CANCELLED, DONE, RUNNING, ArmedTimeout, Invocation, Position, make_position,
+                               register_codec)
 
 __all__ = [
     "MAGIC", "FORMAT_VERSION", "READABLE_VERSIONS", "CODECS", "BlobHeader", "MigrationError",
@@ -559,9 +560,9 @@ def _assemble(chart: Chart, session_id: str, status: str, states_in: Any, data: 
             raise bad(f"initialized state {s!r} is out of range or out of order")
         prev = s
 
-    return Position(chart, session_id, status, states, tuple(history), data, counters[0], counters[1],
-                    counters[2], counters[3], tuple(invocations), tuple(initialized_in), parent, invokeid,
-                    tuple(timeouts))
+    return make_position(chart, session_id, status, states, tuple(history), data, counters[0], counters[1],
+                         counters[2], counters[3], tuple(invocations), tuple(initialized_in), parent, invokeid,
+                         tuple(timeouts))
 
 
 # --------------------------------------------------------------------------- export / import
