@@ -698,10 +698,18 @@ def test_timeout_in_other_namespace_is_ignored():
 
 # --------------------------------------------------------------------------- datamodels
 
-def test_ecmascript_datamodel_is_a_clear_chart_error():
-    with pytest.raises(sb.ChartError, match="ecmascript") as ei:
+def test_ecmascript_without_the_extra_is_a_clear_chart_error(monkeypatch):
+    import statebound.chart.compiler as compiler
+    monkeypatch.setattr(compiler, "_ecmascript_available", lambda: False)
+    with pytest.raises(sb.ChartError, match=r"statebound\[ecmascript\]") as ei:
         chart('<state id="a"/>', attrs='datamodel="ecmascript"')
     assert not isinstance(ei.value, sb.ChartSyntaxError)
+
+
+def test_ecmascript_with_the_extra_compiles():
+    pytest.importorskip("quickjs")
+    c = chart('<state id="a"/>', attrs='datamodel="ecmascript"')
+    assert c.datamodel == "ecmascript"
 
 
 def test_unknown_datamodel_is_a_chart_error():

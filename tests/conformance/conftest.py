@@ -21,6 +21,7 @@ class Outcome:
     profile: str | None       # "ecmascript" | "basichttp" | None
     passed: bool
     detail: str = ""
+    datamodel: str = "python"  # which harness recorded it: test_w3c.py or test_w3c_ecma.py
 
 
 _RESULTS = pytest.StashKey[dict[str, Outcome]]()
@@ -36,7 +37,8 @@ def w3c_record(request: pytest.FixtureRequest):
     results = _results(request.config)
 
     def record(name: str, **fields) -> None:
-        results[name] = Outcome(**fields)
+        outcome = Outcome(**fields)
+        results[name if outcome.datamodel == "python" else f"{outcome.datamodel}:{name}"] = outcome
 
     return record
 
@@ -46,19 +48,25 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
     if not results:
         return
     tr = terminalreporter
-    tr.section("W3C SCXML conformance (python datamodel)")
 
     def line(label: str, items: list[Outcome]) -> None:
         if items:
             tr.write_line(f"{label}: {sum(o.passed for o in items)}/{len(items)} passed")
 
-    values = list(results.values())
-    line("mandatory", [o for o in values if o.conformance == "mandatory"])
-    optional = [o for o in values if o.conformance == "optional"]
-    line("optional", optional)
-    line("  optional, ECMAScript profile (python analogues)", [o for o in optional if o.profile == "ecmascript"])
-    line("  optional, Basic HTTP I/O processor", [o for o in optional if o.profile == "basichttp"])
-    line("  optional, other", [o for o in optional if o.profile is None])
-    failed = sorted((n for n, o in results.items() if not o.passed), key=lambda n: int("".join(filter(str.isdigit, n)) or 0))
-    if failed:
-        tr.write_line("not passing: " + " ".join(failed))
+    for datamodel in ("python", "ecmascript"):
+        mine = {n.split(":", 1)[-1]: o for n, o in results.items() if o.datamodel == datamodel}
+        if not mine:
+            continue
+        tr.section(f"W3C SCXML conformance ({datamodel} datamodel)")
+        values = list(mine.values())
+        line("mandatory", [o for o in values if o.conformance == "mandatory"])
+        optional = [o for o in values if o.conformance == "optional"]
+        line("optional", optional)
+        line("  optional, ECMAScript profile" + (" (python analogues)" if datamodel == "python" else ""),
+             [o for o in optional if o.profile == "ecmascript"])
+        line("  optional, Basic HTTP I/O processor", [o for o in optional if o.profile == "basichttp"])
+        line("  optional, other", [o for o in optional if o.profile is None])
+        failed = sorted((n for n, o in mine.items() if not o.passed),
+                        key=lambda n: int("".join(filter(str.isdigit, n)) or 0))
+        if failed:
+            tr.write_line("not passing: " + " ".join(failed))

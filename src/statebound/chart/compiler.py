@@ -616,6 +616,15 @@ def _text_value(text: str) -> Any:
         return " ".join(s.split())
 
 
+def _ecmascript_available() -> bool:
+    """Whether the ``ecmascript`` extra (the ``quickjs`` module of quickjs-ng) is installed."""
+    import importlib.util
+    try:
+        return importlib.util.find_spec("quickjs") is not None
+    except (ImportError, ValueError):
+        return False
+
+
 def _compile_root(root: El, name: str | None, version: str | None, base_path: str | None,
                   source: str | None, depth: int = 0) -> Chart:
     if root.ns != SCXML_NS or root.tag != "scxml":
@@ -624,10 +633,11 @@ def _compile_root(root: El, name: str | None, version: str | None, base_path: st
             + (f" in {root.ns!r}" if root.ns else " without a namespace"), root.line, root.column, root.tag)],
             source)
     dm = root.attrib.get("datamodel", "python")
-    if dm == "ecmascript":
-        raise ChartError("datamodel='ecmascript' is not supported yet; use datamodel='python' or 'null'")
-    if dm not in SUPPORTED_DATAMODELS:
-        raise ChartError(f"unknown datamodel {dm!r} (supported: {', '.join(SUPPORTED_DATAMODELS)})")
+    if dm == "ecmascript" and not _ecmascript_available():
+        raise ChartError("datamodel='ecmascript' needs the QuickJS binding: pip install 'statebound[ecmascript]'")
+    if dm not in SUPPORTED_DATAMODELS and dm != "ecmascript":
+        raise ChartError(f"unknown datamodel {dm!r} (supported: {', '.join(SUPPORTED_DATAMODELS)}, "
+                         "ecmascript with the extra)")
     name = name or root.attrib.get("name") or "chart"
     c = _Compiler(root, name, version, base_path, source, depth)
     binding = root.attrib.get("binding", "early")

@@ -188,6 +188,9 @@ def datamodel_for(chart: Chart) -> Datamodel:
         if chart.datamodel == "null":
             from .null import NullDatamodel
             dm = NullDatamodel(chart)
+        elif chart.datamodel == "ecmascript":
+            from .ecmascript import EcmaScriptDatamodel
+            dm = EcmaScriptDatamodel(chart)
         else:
             from .python import PythonDatamodel
             dm = PythonDatamodel(chart)

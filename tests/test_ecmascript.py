@@ -1,0 +1,294 @@
+"""The ecmascript datamodel: sandbox, limits, persistence and semantics (QuickJS via quickjs-ng)."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+import statebound as sb
+from statebound.chart import compiler
+from statebound.exceptions import ChartError
+
+quickjs = pytest.importorskip("quickjs", reason="the ecmascript extra is not installed")
+from statebound.datamodel import ecmascript as E  # noqa: E402
+
+NS = 'xmlns="http://www.w3.org/2005/07/scxml" version="1.0" datamodel="ecmascript"'
+
+
+def chart(body: str, datamodel: str = "", **limits) -> sb.Chart:
+    c = sb.Chart.from_scxml(f"<scxml {NS}>{datamodel and '<datamodel>' + datamodel + '</datamodel>'}{body}</scxml>")
+    if limits:
+        E.set_limits(c, **limits)
+    return c
+
+
+def run(c: sb.Chart, *events, data=None):
+    """Start, drive every event through a blob round trip, return (position, all effects)."""
+    interp = sb.Interpreter(c)
+    pos, effects = interp.start("s1", data=data)
+    effects = list(effects)
+    for ev in events:
+        pos = sb.Position.from_bytes(pos.to_bytes(), c)  # every drive decodes a stored position
+        pos, more = interp.drive(pos, ev)
+        effects.extend(more)
+    return pos, effects
+
+
+def logs(effects):
+    return [(e.label, e.value) for e in effects if type(e).__name__ == "Log"]
+
+
+ERR_TO_LOG = ('<transition event="error.execution" target="failed">'
+              '<log label="error" expr="_event.data.message"/></transition>')
+
+
+# --------------------------------------------------------------------------- availability
+def test_chart_error_names_the_extra_when_the_binding_is_missing(monkeypatch):
+    monkeypatch.setattr(compiler, "_ecmascript_available", lambda: False)
+    with pytest.raises(ChartError, match=r"pip install 'statebound\[ecmascript\]'"):
+        sb.Chart.from_scxml(f'<scxml {NS}><state id="a"/></scxml>')
+
+
+def test_binding_is_quickjs_ng():
+    from importlib.metadata import version
+    assert version(E.BINDING) >= "0.17"
+
+
+# --------------------------------------------------------------------------- the sandbox
+ESCAPES = [
+    "typeof require", "typeof process", "typeof std", "typeof os", "typeof print", "typeof scriptArgs",
+    "typeof fetch", "typeof XMLHttpRequest", "typeof WebSocket", "typeof Deno", "typeof Bun",
+    "typeof __import__", "typeof python", "typeof console",
+]
+
+
+@pytest.mark.parametrize("expr", ESCAPES)
+def test_no_host_objects_are_reachable(expr):
+    c = chart(f'<state id="a"><onentry><log label="t" expr="{expr}"/></onentry></state>')
+    _, effects = run(c)
+    assert logs(effects) == [("t", "undefined")]
+
+
+def test_modules_cannot_be_loaded():
+    c = chart('<state id="a"><onentry><script>'
+              '["os", "qjs:os", "std", "/etc/passwd", "file:///etc/passwd"].forEach(function (m) {'
+              ' import(m).then(function (x) { leaked = x; }, function (e) { failed = String(e); }); });'
+              'seen = typeof os + typeof std;</script></onentry>'
+              '<onentry><script>import * as os from "os";</script></onentry>'
+              '<transition event="check" target="b"/></state><state id="b"/>')
+    pos, _ = run(c, "check")
+    d = dict(pos.datamodel)
+    assert d == {"seen": "undefinedundefined"}  # no module loaded, no job ever ran
+
+
+def test_event_data_is_data_never_code():
+    c = chart('<state id="a"><transition event="e" target="b"><assign location="v" expr="_event.data"/>'
+              '</transition></state><state id="b"/>', '<data id="v"/>')
+    pos, _ = run(c, sb.Event("e", data={"x": "'); while(true){}; ('", "f": "function(){}"}))
+    assert pos.datamodel["v"] == {"x": "'); while(true){}; ('", "f": "function(){}"}
+
+
+def test_infinite_loop_is_stopped_by_the_time_cap():
+    c = chart('<state id="a"><transition event="go" cond="(function(){ while(true){} })()" target="b"/>'
+              f'{ERR_TO_LOG}</state><state id="b"/><state id="failed"/>', time_ms=100)
+    t0 = time.monotonic()
+    pos, effects = run(c, "go")
+    assert time.monotonic() - t0 < 2.0
+    assert "failed" in pos.configuration
+    assert "time limit" in logs(effects)[0][1]
+
+
+def test_loop_in_a_script_and_in_a_thrown_objects_tostring_does_not_hang():
+    c = chart('<state id="a"><onentry><script>throw { toString: function () { while (true) {} } };</script>'
+              '<script>try { InternalError.prototype.toString = function () { while (true) {} }; } catch (e) {}'
+              '</script><script>while (true) {}</script></onentry>'
+              f'{ERR_TO_LOG}</state><state id="failed"/>', time_ms=100)
+    t0 = time.monotonic()
+    pos, _ = run(c)
+    assert time.monotonic() - t0 < 2.0
+    assert "failed" in pos.configuration
+
+
+@pytest.mark.parametrize("alloc", [
+    "new ArrayBuffer(1024 * 1024 * 1024)",
+    "new Array(256 * 1024 * 1024).fill(0)",
+    "(function () { var a = []; while (true) a.push({ i: a.length }); })()",
+    "'x'.repeat(Math.pow(2, 29)) + 'y'.repeat(Math.pow(2, 29))",
+])
+def test_a_1gb_allocation_is_stopped_by_the_memory_cap(alloc):
+    c = chart(f'<state id="a"><onentry><assign location="v" expr="{alloc}"/></onentry>{ERR_TO_LOG}</state>'
+              '<state id="failed"/>', '<data id="v" expr="1"/>', memory_bytes=32 * 1024 * 1024)
+    pos, effects = run(c)
+    assert "failed" in pos.configuration
+    assert pos.datamodel["v"] == 1
+    assert logs(effects)
+
+
+def test_deep_recursion_is_an_error_not_a_crash():
+    c = chart('<state id="a"><onentry><script>function f(n) { return f(n + 1) + 1; } f(0);</script></onentry>'
+              f'{ERR_TO_LOG}</state><state id="failed"/>')
+    pos, effects = run(c)
+    assert "failed" in pos.configuration
+    assert "stack" in logs(effects)[0][1].lower()
+
+
+PROTO = {"__proto__": {"polluted": True}, "constructor": {"prototype": {"polluted": True}}}
+
+
+def test_proto_keys_in_event_data_do_not_pollute():
+    c = chart('<state id="a"><transition event="e" target="b"><assign location="v" expr="_event.data"/>'
+              '<script>var merged = {}; for (var k in v) merged[k] = v[k]; copy = JSON.parse(JSON.stringify(v));'
+              '</script></transition></state>'
+              '<state id="b"><transition event="check" target="c"/></state>'
+              '<state id="c"><onentry><log label="clean" expr="({}).polluted === undefined &amp;&amp; '
+              'Object.prototype.polluted === undefined &amp;&amp; [].polluted === undefined"/>'
+              '<log label="own" expr="Object.keys(v).sort().join()"/></onentry></state>', '<data id="v"/>')
+    pos, effects = run(c, sb.Event("e", data=PROTO), "check")
+    assert logs(effects) == [("clean", True), ("own", "__proto__,constructor")]
+    assert pos.datamodel["v"] == PROTO
+
+
+def test_proto_keys_in_start_data_do_not_pollute():
+    c = chart('<state id="a"><transition event="check" target="b"/></state>'
+              '<state id="b"><onentry><log label="clean" expr="({}).polluted === undefined"/></onentry></state>')
+    pos, effects = run(c, "check", data={"x": PROTO})
+    assert logs(effects) == [("clean", True)]
+    assert pos.datamodel["x"] == PROTO
+
+
+# --------------------------------------------------------------------------- semantics
+def test_system_variables_are_read_only():
+    for target in ("_sessionid", "_name", "_event", "_ioprocessors", "In", "_event.name"):
+        c = chart(f'<state id="a"><onentry><assign location="{target}" expr="1"/></onentry>{ERR_TO_LOG}</state>'
+                  '<state id="failed"/>')
+        assert "failed" in run(c)[0].configuration, target
+    c = chart('<state id="a"><onentry><script>_sessionid = "x";</script></onentry>'
+              f'{ERR_TO_LOG}</state><state id="failed"/>')
+    assert "failed" in run(c)[0].configuration
+
+
+def test_undeclared_location_is_an_error():
+    c = chart(f'<state id="a"><onentry><assign location="nope" expr="1"/></onentry>{ERR_TO_LOG}</state>'
+              '<state id="failed"/>')
+    pos, effects = run(c)
+    assert "failed" in pos.configuration and "nope" not in pos.datamodel
+
+
+def test_event_fields_and_system_variables():
+    c = chart('<state id="a"><transition event="e" target="b">'
+              '<log label="ev" expr="[_event.name, _event.type, _event.data.k, typeof _event.sendid,'
+              ' _sessionid, _name, _ioprocessors.scxml.location].join(\'|\')"/></transition></state>'
+              '<state id="b"/>')
+    _, effects = run(c, sb.Event("e", data={"k": 7}))
+    assert logs(effects) == [("ev", "e|external|7|undefined|s1|chart|#_scxml_s1")]
+
+
+def test_in_literal_dynamic_and_inside_functions():
+    c = chart('<script>function inA() { return In("a"); }</script>'
+              '<parallel id="p"><state id="a"><onentry><log label="lit" expr="In(\'a\') &amp;&amp; !In(\'zz\')"/>'
+              '<log label="dyn" expr="In(which)"/><log label="fn" expr="inA()"/></onentry>'
+              '<transition event="check" cond="In(which) &amp;&amp; inA()" target="c"/></state>'
+              '<state id="b"/></parallel><state id="c"/>', '<data id="which" expr="\'b\'"/>')
+    pos, effects = run(c, "check")
+    # b is entered after a's onentry runs
+    assert logs(effects) == [("lit", True), ("dyn", False), ("fn", True)]
+    assert "c" in pos.configuration
+
+
+def test_foreach_over_an_array_and_a_non_array():
+    c = chart('<state id="a"><onentry><foreach array="xs" item="x" index="i">'
+              '<assign location="sum" expr="sum + x * (i + 1)"/></foreach>'
+              '<foreach array="notArray" item="y"><assign location="sum" expr="-1"/></foreach>'
+              f'</onentry>{ERR_TO_LOG}</state><state id="failed"/>',
+              '<data id="xs" expr="[1, 2, 3]"/><data id="sum" expr="0"/><data id="notArray" expr="({a: 1})"/>')
+    pos, _ = run(c)
+    assert pos.datamodel["sum"] == 14 and "failed" in pos.configuration
+
+
+def test_json_and_xml_content():
+    c = chart('<state id="a"><onentry><log label="j" expr="cfg.items[1].name"/>'
+              '<log label="x" expr="doc.getElementsByTagName(\'book\')[1].getAttribute(\'title\')"/>'
+              '</onentry></state>',
+              '<data id="cfg">{"items": [{"name": "a"}, {"name": "b"}]}</data>'
+              '<data id="doc"><books xmlns=""><book title="one"/><book title="two"/></books></data>')
+    pos, effects = run(c)
+    assert logs(effects) == [("j", "b"), ("x", "two")]
+    assert pos.datamodel["doc"] == '<books><book title="one"/><book title="two"/></books>'
+
+
+# --------------------------------------------------------------------------- persistence
+def test_values_round_trip_through_the_position():
+    c = chart('<state id="a"><onentry><script>'
+              'nan = NaN; inf = -Infinity; marker = "\\u0000sb:NaN"; nested = {a: [1, 2.5, null, "é"], b: {}};'
+              'undef = undefined; big = Math.pow(2, 60); when = new Date(0);</script></onentry>'
+              '<transition event="check" target="b"/></state>'
+              '<state id="b"><onentry><log label="ok" expr="nan !== nan &amp;&amp; inf === -Infinity &amp;&amp;'
+              ' marker === \'\\u0000sb:NaN\' &amp;&amp; nested.a[3] === \'é\' &amp;&amp; undef === null"/>'
+              '</onentry></state>')
+    pos, effects = run(c, "check")
+    d = dict(pos.datamodel)
+    assert d["nan"] != d["nan"] and d["inf"] == float("-inf") and d["marker"] == "\x00sb:NaN"
+    assert d["nested"] == {"a": [1, 2.5, None, "é"], "b": {}} and d["undef"] is None
+    assert d["when"] == "1970-01-01T00:00:00.000Z" and d["big"] == 2.0 ** 60
+    assert logs(effects) == [("ok", True)]
+
+
+def test_top_level_functions_are_recreated_on_load():
+    c = chart('<script>var calls = 0; function inc(x) { calls++; return x + 1; }</script>'
+              '<state id="a"><transition event="e" target="a"><assign location="n" expr="inc(n)"/>'
+              '<assign location="doubled" expr="twice(n)"/></transition></state>',
+              '<data id="n" expr="0"/><data id="doubled"/><data id="twice" expr="function (x) { return 2 * x; }"/>')
+    pos, _ = run(c, "e", "e", "e")
+    d = dict(pos.datamodel)
+    # inc and twice are code: not stored, re-created on every load; calls is data and persists
+    assert "inc" not in d and "twice" not in d
+    assert d["n"] == 3 and d["calls"] == 3 and d["doubled"] == 6
+
+
+def test_a_function_assigned_is_refused_at_once():
+    c = chart(f'<state id="a"><onentry><assign location="f" expr="function () {{}}"/></onentry>{ERR_TO_LOG}'
+              '</state><state id="failed"/>', '<data id="f" expr="1"/>')
+    pos, effects = run(c)
+    assert "failed" in pos.configuration and pos.datamodel["f"] == 1
+    assert "function" in logs(effects)[0][1]
+
+
+def test_a_function_smuggled_by_a_script_is_refused_at_commit():
+    c = chart('<state id="a"><transition event="e" target="a"><script>f = function () {}; m = new Map();'
+              'ok = 2;</script></transition>'
+              '<transition event="error.execution" target="failed"><log label="e" expr="_event.data.message"/>'
+              '</transition></state><state id="failed"/>', '<data id="f" expr="1"/><data id="ok" expr="1"/>')
+    pos, effects = run(c, "e")
+    assert "failed" in pos.configuration
+    assert pos.datamodel["f"] == 1 and pos.datamodel["ok"] == 2  # restored; the rest committed
+    messages = " ".join(v for _, v in logs(effects))
+    assert "a function in variable 'f'" in messages
+    assert pos.datamodel["m"] is None  # did not exist before the drive
+
+
+def test_same_inputs_give_byte_identical_positions():
+    c = chart('<script>function f(x) { return {x: x, sq: x * x}; }</script>'
+              '<state id="a"><transition event="e" target="a"><assign location="v" expr="f(_event.data)"/>'
+              '</transition></state>', '<data id="v"/>')
+    blobs = [run(c, sb.Event("e", data=3), sb.Event("e", data=4))[0].to_bytes() for _ in range(2)]
+    assert blobs[0] == blobs[1]
+
+
+def test_through_the_host():
+    c = chart('<state id="a"><transition event="add" target="a"><script>items.push(_event.data);</script>'
+              '</transition></state>', '<data id="items" expr="[]"/>')
+    host = sb.Host(charts=[c], store=sb.MemoryStore(), clock=sb.ManualClock(now_ms=0))
+    host.start(c, "i1")
+    for k in range(3):
+        host.send("i1", "add", data={"k": k})
+    assert host.get("i1").datamodel["items"] == [{"k": 0}, {"k": 1}, {"k": 2}]
+
+
+def test_limits_api():
+    c = chart('<state id="a"/>')
+    assert E.get_limits(c) == E.DEFAULT_LIMITS
+    lim = E.set_limits(c, time_ms=50)
+    assert lim.time_ms == 50 and lim.memory_bytes == E.DEFAULT_LIMITS.memory_bytes and E.get_limits(c) is lim
+    with pytest.raises(ValueError):
+        E.Limits(time_ms=0)
