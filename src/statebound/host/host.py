@@ -16,6 +16,8 @@ safe). Nothing is written when a call is refused (unknown instance, halted, exis
 from __future__ import annotations
 
 import logging
+import random
+import time
 import zlib
 from collections import deque
 from collections.abc import Iterable, Mapping
@@ -90,6 +92,7 @@ class Host:
     :param max_deliveries: events one host call may process (its own plus routed ones);
         any left over are written as timer rows due now, so nothing is lost.
     :param max_conflict_retries: reload-and-retry attempts on a version conflict.
+    :param conflict_backoff_s: base of the random, growing pause between those attempts.
     :param max_attempts: failed deliveries of one timer row before it is parked as dead.
     :param backoff_ms: base of the exponential backoff between delivery attempts.
     :param codec: position blob codec, ``"msgpack"`` or ``"cbor"``.
@@ -103,7 +106,8 @@ class Host:
     """
 
     def __init__(self, charts: Iterable[Chart] = (), store: Store | None = None, clock: Clock | None = None, *,
-                 max_rounds: int = 10_000, max_deliveries: int = 1_000, max_conflict_retries: int = 8,
+                 max_rounds: int = 10_000, max_deliveries: int = 1_000, max_conflict_retries: int = 12,
+                 conflict_backoff_s: float = 0.001,
                  max_attempts: int = 5, backoff_ms: int = 1_000, codec: str = "msgpack",
                  on_log: Any = None, node_id: str | None = None,
                  http_base: str | None = "http://statebound.invalid") -> None:
@@ -112,6 +116,8 @@ class Host:
         self.max_rounds = max_rounds
         self.max_deliveries = max_deliveries
         self.max_conflict_retries = max_conflict_retries
+        self.conflict_backoff_s = conflict_backoff_s
+        self._random = random.Random()
         self.max_attempts = max_attempts
         self.backoff_ms = backoff_ms
         self.codec = codec
@@ -328,7 +334,11 @@ class Host:
     def _run(self, fn: Any, *, creating: str | None = None, completion: Any = None,
              fired: TimerRow | None = None) -> Any:
         last: ConflictError | None = None
-        for _ in range(self.max_conflict_retries):
+        for attempt in range(self.max_conflict_retries):
+            if attempt:
+                # Writers that collided retry at once and collide again; a random pause,
+                # growing with each attempt, spreads them out (full jitter).
+                time.sleep(self._random.uniform(0, min(self.conflict_backoff_s * (2 ** attempt), 0.25)))
             u = _Unit()
             result = fn(u)
             commit = self._build_commit(u, completion(result) if completion else None)
