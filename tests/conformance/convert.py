@@ -791,9 +791,10 @@ def load_manifest(suite_dir: Path | None = None) -> list[W3CTest]:
     return tests
 
 
-def main(argv: list[str]) -> int:
+def main(argv: list[str], doc: str | None = None) -> int:
+    """``python convert.py OUTDIR [SUITE_DIR]``: convert the whole suite into OUTDIR."""
     if not argv:
-        print(__doc__.split("\n\n")[2])
+        print((doc or __doc__).split("\n\n")[2])
         return 2
     dest = Path(argv[0])
     suite = Path(argv[1]) if len(argv) > 1 else default_suite_dir()

@@ -215,15 +215,8 @@ convert_suite = base.convert_suite
 
 
 def main(argv: list[str]) -> int:
-    if not argv:
-        print(__doc__.split("\n\n")[2])
-        return 2
-    dest = Path(argv[0])
-    suite = Path(argv[1]) if len(argv) > 1 else default_suite_dir()
-    done = convert_suite(suite, dest)
-    print(f"converted {sum(p.suffix == '.scxml' for p in done.values())} documents, "
-          f"copied {sum(p.suffix != '.scxml' for p in done.values())} data files into {dest}")
-    return 0
+    """``python convert_ecma.py OUTDIR [SUITE_DIR]``: convert the whole suite into OUTDIR."""
+    return base.main(argv, __doc__)
 
 
 if __name__ == "__main__":

@@ -112,30 +112,38 @@ def converted_dir(tmp_path_factory) -> Path:
     return out
 
 
-def _param(test):
+def param_for(test, xfail: dict[str, str], datamodel: str):
+    """The pytest param of one manifest entry, with its skip or expected-failure mark."""
     marks = []
     if test.manual:
         marks.append(pytest.mark.skip(reason="manual test: a person must judge its log output"))
     elif test.profile == "xpath":
-        marks.append(pytest.mark.skip(reason="XPath datamodel profile (C.3): not applicable to the python datamodel"))
-    elif test.name in XFAIL:
-        marks.append(pytest.mark.xfail(strict=True, reason=XFAIL[test.name]))
+        marks.append(pytest.mark.skip(reason=f"XPath datamodel profile (C.3): not applicable to the {datamodel} "
+                                             "datamodel"))
+    elif test.name in xfail:
+        marks.append(pytest.mark.xfail(strict=True, reason=xfail[test.name]))
     return pytest.param(test, id=test.name, marks=marks)
 
 
-@pytest.mark.parametrize("w3c", [_param(t) for t in MANIFEST])
-def test_w3c(w3c, converted_dir, w3c_record):
+def check_w3c(test, converted: Path, record, datamodel: str = "python") -> None:
+    """Run every start file of one W3C test (test403 has three); all must reach ``pass``."""
     details = []
     passed = True
     try:
         with _deadline(DEADLINE_S):
-            for start in w3c.files:  # test403 has three start files; all must pass
-                ok, detail = run_chart(converted_dir / (Path(start).stem + ".scxml"))
+            for start in test.files:
+                ok, detail = run_chart(converted / (Path(start).stem + ".scxml"))
                 passed = passed and ok
                 details.append(f"{start}: {detail}")
     except Exception:
         passed = False
         details.append(traceback.format_exc())
-    w3c_record(w3c.name, conformance=w3c.conformance, profile=w3c.profile, passed=passed,
-               detail="\n".join(details))
-    assert passed, f"{w3c.name} ({w3c.conformance}, {w3c.specnum} {w3c.specid}) did not reach pass:\n" + "\n".join(details)
+    record(test.name, conformance=test.conformance, profile=test.profile, passed=passed,
+           detail="\n".join(details), datamodel=datamodel)
+    assert passed, (f"{test.name} ({test.conformance}, {test.specnum} {test.specid}) did not reach pass "
+                    f"on the {datamodel} datamodel:\n" + "\n".join(details))
+
+
+@pytest.mark.parametrize("w3c", [param_for(t, XFAIL, "python") for t in MANIFEST])
+def test_w3c(w3c, converted_dir, w3c_record):
+    check_w3c(w3c, converted_dir, w3c_record)

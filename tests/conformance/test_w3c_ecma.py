@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import importlib.util
 import sys
-import traceback
 from pathlib import Path
 
 import pytest
@@ -39,9 +38,6 @@ if not (SUITE_DIR / "manifest.xml").is_file():
 
 # The Host loop, the deadline guard and the limits are test_w3c.py's own.
 w3c = _load("statebound_w3c_harness", "test_w3c.py")
-run_chart = w3c.run_chart
-_deadline = w3c._deadline
-DEADLINE_S = w3c.DEADLINE_S
 
 MANIFEST = convert_ecma.load_manifest(SUITE_DIR)
 
@@ -57,31 +53,6 @@ def converted_ecma_dir(tmp_path_factory) -> Path:
     return out
 
 
-def _param(test):
-    marks = []
-    if test.manual:
-        marks.append(pytest.mark.skip(reason="manual test: a person must judge its log output"))
-    elif test.profile == "xpath":
-        marks.append(pytest.mark.skip(reason="XPath datamodel profile (C.3): not applicable to ecmascript"))
-    elif test.name in XFAIL:
-        marks.append(pytest.mark.xfail(strict=True, reason=XFAIL[test.name]))
-    return pytest.param(test, id=test.name, marks=marks)
-
-
-@pytest.mark.parametrize("w3c_test", [_param(t) for t in MANIFEST])
+@pytest.mark.parametrize("w3c_test", [w3c.param_for(t, XFAIL, "ecmascript") for t in MANIFEST])
 def test_w3c_ecma(w3c_test, converted_ecma_dir, w3c_record):
-    details = []
-    passed = True
-    try:
-        with _deadline(DEADLINE_S):
-            for start in w3c_test.files:
-                ok, detail = run_chart(converted_ecma_dir / (Path(start).stem + ".scxml"))
-                passed = passed and ok
-                details.append(f"{start}: {detail}")
-    except Exception:
-        passed = False
-        details.append(traceback.format_exc())
-    w3c_record(w3c_test.name, conformance=w3c_test.conformance, profile=w3c_test.profile, passed=passed,
-               detail="\n".join(details), datamodel="ecmascript")
-    assert passed, (f"{w3c_test.name} ({w3c_test.conformance}, {w3c_test.specnum} {w3c_test.specid}) "
-                    "did not reach pass:\n" + "\n".join(details))
+    w3c.check_w3c(w3c_test, converted_ecma_dir, w3c_record, "ecmascript")

@@ -41,29 +41,6 @@ def _check_start_data(data: Mapping[str, Any] | None) -> dict[str, Any] | None:
     return dict(data)
 
 
-def _check_start_data(data: Mapping[str, Any] | None) -> dict[str, Any] | None:
-    """Refuse start data that could never be a datamodel, before anything runs."""
-    if not data:
-        return None
-    if not isinstance(data, Mapping):
-        raise TypeError(f"start data must be a mapping, not {type(data).__name__}")
-    for k, v in data.items():
-        if not isinstance(k, str) or not k.isidentifier() or k in SYSTEM_VARIABLES or k.startswith("__"):
-            raise ValueError(f"start data key {k!r} is not a usable variable name")
-        try:
-            check_serializable(v, f"start data {k!r}")
-        except EvaluationError as exc:
-            raise SerializationError(str(exc)) from None
-    return dict(data)
-
-
-def _advance(pos: Position, states: tuple[int, ...]) -> Position:
-    """``pos`` one macrostep later in configuration ``states``, everything else unchanged."""
-    return Position(pos.chart, pos.session_id, pos.status, states, pos.history, pos.data, pos.macrostep + 1,
-                    pos.send_counter, pos.ordinal, pos.invoke_counter, pos.invocations, pos.initialized,
-                    pos.parent, pos.invokeid, pos.timeouts, pos.routes, pos.ioprocessors, pos.callbacks)
-
-
 def _as_event(event: Event | str) -> Event:
     if isinstance(event, Event):
         return event
