@@ -751,3 +751,25 @@ def test_run_forever_survives_a_transient_store_failure():
     sweeper = sb.Sweeper(host, interval_s=0.5)
     metrics = sweeper.run_forever(lambda: host.get("x").datamodel["n"] == 1 or clock.now_ms() > 60_000)
     assert host.get("x").datamodel["n"] == 1 and metrics.fired == 1 and calls["n"] > 2
+
+
+def test_two_revisions_of_a_chart_drain_side_by_side(tmp_path):
+    """Story 1 of docs/persistence.md: old positions finish on the old revision while new
+    instances start on the new one, both registered under the same name."""
+    v1 = sb.Chart.from_scxml('''<scxml xmlns="http://www.w3.org/2005/07/scxml" name="flow" initial="a">
+      <state id="a"><transition event="go" target="b"/></state><final id="b"/></scxml>''', version="1")
+    v2 = sb.Chart.from_scxml('''<scxml xmlns="http://www.w3.org/2005/07/scxml" name="flow" initial="a">
+      <state id="a"><transition event="go" target="review"/></state>
+      <state id="review"><transition event="ok" target="b"/></state><final id="b"/></scxml>''', version="2")
+    db = tmp_path / "flow.db"
+    old_host = sb.Host([v1], store=sb.SQLiteStore(db))
+    old_host.start("flow", "old")
+    host = sb.Host([v1, v2], store=sb.SQLiteStore(db))     # a deploy that keeps v1 for draining
+    host.start("flow", "new")                                # new instances: the last registered
+    assert host.get("new").chart.identity == v2.identity
+    assert host.get("old").chart.identity == v1.identity
+    assert host.send("old", "go").configuration == {"b"}    # v1 semantics
+    assert host.send("new", "go").configuration == {"review"}  # v2 semantics
+    # a host that no longer has v1 refuses the old blob with a typed error
+    with pytest.raises(sb.ChartIdentityMismatch):
+        sb.Host([v2], store=sb.SQLiteStore(db)).get("old")

@@ -44,31 +44,36 @@ class CliError(Exception):
 
 
 class ChartRegistry:
-    """Charts remembered beside the instances, so ``send ID`` can find the chart again."""
+    """Charts remembered beside the instances, so ``send ID`` can find the chart again.
+
+    Every revision is kept, keyed by (name, identity): a host built from the registry runs
+    each stored position on the revision it was written for, and starts new instances on
+    the revision given to ``start`` last (the "drain on the old chart" migration).
+    """
 
     def __init__(self, db_path: str) -> None:
         self.db = sqlite3.connect(db_path, timeout=30, isolation_level=None)
-        self.db.execute("CREATE TABLE IF NOT EXISTS cli_charts (name TEXT PRIMARY KEY, identity TEXT NOT NULL, "
-                        "path TEXT, source BLOB NOT NULL)")
+        self.db.execute("CREATE TABLE IF NOT EXISTS cli_chart_revisions (name TEXT NOT NULL, identity TEXT NOT NULL, "
+                        "path TEXT, source BLOB NOT NULL, seq INTEGER NOT NULL, PRIMARY KEY (name, identity))")
 
     def remember(self, chart: Chart, path: str, source: bytes) -> None:
-        row = self.db.execute("SELECT identity FROM cli_charts WHERE name = ?", (chart.name,)).fetchone()
-        if row is not None and row[0] != chart.identity:
-            # A changed chart under a known name would orphan running instances; say so.
-            raise CliError(f"chart {chart.name!r} is already registered with a different identity "
-                           f"({row[0][:19]}...); give the revision its own name (<scxml name>) or migrate "
-                           "positions with 'statebound migrate'")
-        self.db.execute("INSERT OR REPLACE INTO cli_charts VALUES (?, ?, ?, ?)",
-                        (chart.name, chart.identity, path, source))
+        """Record ``chart`` (a new revision, or the latest again)."""
+        seq = self.db.execute("SELECT coalesce(max(seq), 0) + 1 FROM cli_chart_revisions").fetchone()[0]
+        self.db.execute("INSERT INTO cli_chart_revisions VALUES (?, ?, ?, ?, ?) ON CONFLICT (name, identity) "
+                        "DO UPDATE SET path = excluded.path, seq = excluded.seq",
+                        (chart.name, chart.identity, path, source, seq))
 
     def load_all(self) -> list[Chart]:
+        """Every remembered revision, oldest first (so the latest is registered last)."""
         out = []
-        for name, _identity, path, source in self.db.execute("SELECT name, identity, path, source FROM cli_charts"):
+        for name, path, source in self.db.execute(
+                "SELECT name, path, source FROM cli_chart_revisions ORDER BY seq"):
             base = str(Path(path).parent) if path else None
             out.append(Chart.from_scxml(source, name=name, base_path=base))
         return out
 
     def close(self) -> None:
+        """Close the registry's connection."""
         self.db.close()
 
 

@@ -31,8 +31,9 @@ from urllib.parse import quote, quote_plus, unquote, urlencode
 
 from ..events import BASICHTTP_PROCESSOR, SCXML_PROCESSOR, Event
 from ..exceptions import (ChartError, ConflictError, InstanceExists, InstanceNotFound, NotRunning,
-                          StateboundError, UnknownChart)
+                          PositionError, StateboundError, UnknownChart)
 from ..interpreter import Interpreter, Position
+from ..position import read_header
 from ..interpreter.state import RUNNING
 from .clock import Clock, SystemClock
 from .memory import MemoryStore
@@ -125,7 +126,8 @@ class Host:
         self.node_id = node_id or "host"
         self.http_base = http_base.rstrip("/") if http_base else None
         self._charts: dict[str, Chart] = {}
-        self._interpreters: dict[str, Interpreter] = {}
+        self._revisions: dict[str, dict[str, Chart]] = {}
+        self._interpreters: dict[str, Interpreter] = {}   # by chart identity
         #: counters a user can read: commits, conflicts, fired, discarded, stale, failed...
         self.metrics: dict[str, int] = {"commits": 0, "conflicts": 0, "drives": 0, "budget_exhausted": 0}
         for c in charts:
@@ -133,13 +135,33 @@ class Host:
 
     # ------------------------------------------------------------------ charts
     def register(self, chart: Chart) -> None:
-        """Make ``chart`` (and the charts it invokes) available by name."""
+        """Make ``chart`` (and the charts it invokes) available by name.
+
+        Registering a second chart under a name already taken adds a *revision*: new
+        instances start on the chart registered last, and every stored position keeps
+        running on the revision whose identity its blob carries. That is the "drain on the
+        old chart" migration of ``docs/persistence.md``: keep the old revision registered
+        until no position needs it.
+        """
         if not isinstance(chart, Chart):
             raise TypeError(f"register() takes a Chart, not {type(chart).__name__}")
         self._charts[chart.name] = chart
-        self._interpreters[chart.name] = Interpreter(chart, max_rounds=self.max_rounds)
+        self._revisions.setdefault(chart.name, {})[chart.identity] = chart
+        if chart.identity not in self._interpreters:
+            self._interpreters[chart.identity] = Interpreter(chart, max_rounds=self.max_rounds)
         for sub in chart.subcharts:
             self.register(sub)
+
+    def _chart_for_blob(self, name: str, blob: bytes) -> Chart:
+        """The registered revision of chart ``name`` that this blob was written for."""
+        latest = self.chart(name)
+        revisions = self._revisions.get(name, {})
+        if len(revisions) > 1:
+            try:
+                return revisions.get(read_header(blob).identity, latest)
+            except PositionError:
+                pass  # from_bytes will report the damage precisely
+        return latest
 
     def chart(self, name: str) -> Chart:
         """The registered chart called ``name``."""
@@ -181,18 +203,17 @@ class Host:
         :raises UnknownChart: if the chart name is not registered.
         """
         if isinstance(chart, Chart):
-            if self._charts.get(chart.name) is not chart:
+            if self._revisions.get(chart.name, {}).get(chart.identity) is None:
                 self.register(chart)
-            name = chart.name
+            target = chart
         else:
-            name = chart
-            self.chart(name)
+            target = self.chart(chart)
         _check_id(instance_id)
 
         def unit(u: _Unit) -> Position:
             if self._load(u, instance_id) is not None:
                 raise InstanceExists(instance_id)
-            self._start_instance(u, instance_id, name, data, None, None, caller_context)
+            self._start_instance(u, instance_id, target, data, None, None, caller_context)
             self._drain(u)
             return self._result(u, instance_id)
         return self._run(unit, creating=instance_id)
@@ -237,7 +258,7 @@ class Host:
         rec = self.store.load(instance_id)
         if rec is None:
             raise InstanceNotFound(instance_id)
-        return Position.from_bytes(rec.blob, self.chart(rec.chart))
+        return Position.from_bytes(rec.blob, self._chart_for_blob(rec.chart, rec.blob))
 
     def exists(self, instance_id: str) -> bool:
         """Whether the instance exists."""
@@ -385,8 +406,7 @@ class Host:
         rec = self.store.load(instance_id)
         if rec is None:
             return None
-        chart = self.chart(rec.chart)
-        pos = Position.from_bytes(rec.blob, chart)
+        pos = Position.from_bytes(rec.blob, self._chart_for_blob(rec.chart, rec.blob))
         e = _Entry(rec, self._stamp(u, pos), rec.chart, list(rec.timers), rec.parent)
         u.entries[instance_id] = e
         return e
@@ -412,14 +432,14 @@ class Host:
         return e.position.restamp()
 
     # ------------------------------------------------------------------ driving
-    def _start_instance(self, u: _Unit, instance_id: str, chart_name: str, data: Mapping[str, Any] | None,
+    def _start_instance(self, u: _Unit, instance_id: str, chart: Chart, data: Mapping[str, Any] | None,
                         parent: str | None, invokeid: str | None, caller_context: Any) -> None:
-        interp = self._interpreters[chart_name]
+        interp = self._interpreters[chart.identity]
         existing = u.entries.get(instance_id)
         record = existing.record if existing is not None else None
         if existing is None and parent is not None:
             record = self.store.load(instance_id)  # a leftover child is replaced, not duplicated
-        e = _Entry(record, None, chart_name, [], parent)
+        e = _Entry(record, None, chart.name, [], parent)
         u.entries[instance_id] = e
         seed = self._stamp(u, Position(interp.chart, instance_id, RUNNING, ()))
         pos, effects = interp.start(instance_id, data, parent=parent, invokeid=invokeid, routes=seed.routes,
@@ -439,7 +459,7 @@ class Host:
             if e is None or e.position is None or e.position.status != RUNNING:
                 continue  # the spec drops events for sessions that are gone
             u.deliveries += 1
-            interp = self._interpreters[e.chart_name]
+            interp = self._interpreters[e.position.chart.identity]
             pos, effects = interp.drive(e.position, ev, caller_context=ctx)
             self.metrics["drives"] += 1
             if pos is not e.position:
@@ -572,9 +592,9 @@ class Host:
             u.queue.append((iid, Event("error.execution", {"message": f"invoke {eff.invokeid!r}: {exc}"},
                                        "platform"), ctx))
             return
-        if self._charts.get(chart.name) is not chart:
+        if self._revisions.get(chart.name, {}).get(chart.identity) is None:
             self.register(chart)
-        self._start_instance(u, child_instance_id(iid, eff.invokeid), chart.name, eff.data, iid, eff.invokeid, ctx)
+        self._start_instance(u, child_instance_id(iid, eff.invokeid), chart, eff.data, iid, eff.invokeid, ctx)
 
     def _delete_instance(self, u: _Unit, iid: str) -> None:
         e = self._load(u, iid)
