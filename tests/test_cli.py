@@ -296,3 +296,19 @@ def test_real_subprocess(tmp_path):
     assert p.returncode == 3 and p.stdout == ""
     assert p.stderr.strip().count("\n") == 0 and "Traceback" not in p.stderr
     assert "ghost" in p.stderr
+
+
+def test_dynamodb_create_table_is_idempotent(monkeypatch, capsys):
+    """`statebound dynamodb create-table NAME` on moto (in-process mock_aws)."""
+    moto = pytest.importorskip("moto")
+    boto3 = pytest.importorskip("boto3")
+    for k, v in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
+                 "AWS_SESSION_TOKEN": "testing", "AWS_DEFAULT_REGION": "eu-west-1"}.items():
+        monkeypatch.setenv(k, v)
+    from statebound.cli import main
+    with moto.mock_aws():
+        assert main(["--json", "dynamodb", "create-table", "sb-cli"]) == 0
+        assert main(["--json", "dynamodb", "create-table", "sb-cli"]) == 0  # again: no error
+        desc = boto3.client("dynamodb", region_name="eu-west-1").describe_table(TableName="sb-cli")["Table"]
+    assert {i["IndexName"] for i in desc["GlobalSecondaryIndexes"]} == {"due-index", "dead-index"}
+    assert '"created": true' in capsys.readouterr().out
