@@ -523,7 +523,7 @@ def build_parser() -> argparse.ArgumentParser:
     common.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
     sub = p.add_subparsers(dest="cmd", required=True)
     _add = sub.add_parser
-    sub.add_parser = lambda name, **kw: _add(name, parents=[common], **kw)  # type: ignore[method-assign]
+    sub.add_parser = lambda name, **kw: _add(name, parents=[common], **kw)  # type: ignore[method-assign, list-item]
 
     s = sub.add_parser("start", help="start an instance of a chart")
     s.add_argument("chart")

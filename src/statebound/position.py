@@ -478,7 +478,7 @@ def _assemble(chart: Chart, session_id: str, status: str, states_in: Any, data: 
         if p and p not in active:
             raise bad(f"state {node.id!r} is active without its parent {nodes[p].id!r}")
         active.add(s)
-        counts[p] = counts.get(p, 0) + 1  # type: ignore[index]
+        counts[p] = counts.get(p, 0) + 1  # type: ignore[index, arg-type]
     states = tuple(states_in)
     if running:
         if counts.get(0, 0) != 1:

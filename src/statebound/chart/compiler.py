@@ -138,7 +138,7 @@ class _Compiler:
             idx = len(self.states)
             kind = "root" if parent is None else el.tag
             sid = el.attrib.get("id", "") if parent is not None else ""
-            rec = {"el": el, "index": idx, "kind": kind, "parent": parent, "children": [],
+            rec: dict[str, Any] = {"el": el, "index": idx, "kind": kind, "parent": parent, "children": [],
                    "histories": [], "depth": depth, "id": sid}
             self.states.append(rec)
             if parent is not None:
@@ -286,9 +286,9 @@ class _Compiler:
             self.problem(el, f"<{t}> is only allowed inside <if>")
             return None
         if t == "foreach":
-            for a in ("array", "item"):
-                if a not in el.attrib:
-                    self.problem(el, f"<foreach> needs {a}")
+            for attr in ("array", "item"):
+                if attr not in el.attrib:
+                    self.problem(el, f"<foreach> needs {attr}")
             return Foreach(ci, self.expr(el.attrib.get("array", ""), "expr", el),
                            self.expr(el.attrib.get("item", ""), "location", el),
                            self.opt_expr(el, "index", "location"), self.block(el))

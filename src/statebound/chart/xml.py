@@ -177,12 +177,12 @@ def serialize(el: El, _inherited: dict[str, str] | None = None) -> str:
     for k, v in el.attrib.items():
         if k.startswith("{"):
             uri, local = k[1:].split("}", 1)
-            pfx = prefixes.get(uri)
-            if pfx is None:
-                pfx = f"ns{len(prefixes)}"
-                prefixes[uri] = pfx
-                parts.append(f' xmlns:{pfx}="{_esc(uri, True)}"')
-            k = f"{pfx}:{local}"
+            apfx = prefixes.get(uri)
+            if apfx is None:
+                apfx = f"ns{len(prefixes)}"
+                prefixes[uri] = apfx
+                parts.append(f' xmlns:{apfx}="{_esc(uri, True)}"')
+            k = f"{apfx}:{local}"
         parts.append(f' {k}="{_esc(v, True)}"')
     if not el.children and not el.text:
         return "".join(parts) + "/>"

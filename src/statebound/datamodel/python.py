@@ -116,11 +116,11 @@ class PythonDatamodel:
             if isinstance(body, ast.Name):
                 return ("name", body.id, None, load)
             stmt = ast.Module(body=[ast.Assign(targets=[ast.fix_missing_locations(
-                _as_store(body))], value=ast.Name(id="_sb_value", ctx=ast.Load()), lineno=1)],
+                _as_store(body))], value=ast.Name(id="_sb_value", ctx=ast.Load()), lineno=1)],  # type: ignore[list-item]
                 type_ignores=[])
             ast.fix_missing_locations(stmt)
             return ("path", root, compile(stmt, where, "exec"), load)
-        return compile(tree, where, mode)
+        return compile(tree, where, mode)  # type: ignore[call-overload]
 
     def open(self, variables: dict[str, Any], session_id: str, name: str,
              ioprocessors: Mapping[str, Any], in_state: Callable[[str], bool]) -> "PythonContext":

@@ -570,6 +570,7 @@ class Host:
         if dest is None:
             return iid, Event("error.communication", {"message": f"Basic HTTP target {target!r} is not reachable"},
                               "platform", eff.send_id)
+        assert target is not None  # dest was found in it
         raw = (f"POST {target[len(self.http_base or ''):]} HTTP/1.1\r\n"
                "Content-Type: application/x-www-form-urlencoded\r\n\r\n" + body)
         name = str(form.get("_scxmleventname") or "HTTP.POST")

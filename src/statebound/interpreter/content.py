@@ -250,7 +250,7 @@ class ContentMixin:
             self.effects.append(SendDelayed(
                 event=name, target=target, type=typ, data=data, send_id=send_id, delay_ms=delay, c_index=a.c_index,
                 owner=owner, ordinal=m.ordinal, id_from_author=from_author, origin=origin,  # type: ignore[attr-defined]
-                caller_context=m.caller_context, **stamp))  # type: ignore[attr-defined]
+                caller_context=m.caller_context, **stamp))  # type: ignore[attr-defined, arg-type]
         else:
             self.effects.append(Send(event=name, target=target, type=typ, data=data, send_id=send_id,
                                      c_index=a.c_index, owner=owner, origin=origin, id_from_author=from_author,

@@ -132,7 +132,7 @@ class Interpreter:
                 fast = self._static_step(position.states, event) if event else None
                 _put(self._static, key, fast)
             if fast is not None:
-                return advance(position, fast), ()
+                return advance(position, fast), ()  # type: ignore[arg-type]
         ev = _as_event(event)
         if not ev.is_cancel and not position.timeouts and (not position.invocations or self._quiet_invocations(position, ev)):
             fast = self._static.get((position.states, ev.name), _UNKNOWN)
@@ -140,7 +140,7 @@ class Interpreter:
                 fast = self._static_step(position.states, ev.name)
                 _put(self._static, (position.states, ev.name), fast)
             if fast is not None:
-                return advance(position, fast), ()
+                return advance(position, fast), ()  # type: ignore[arg-type]
         m = self._machine(position, None, caller_context, macrostep=position.macrostep + 1)
         try:
             m.process_external(ev)
