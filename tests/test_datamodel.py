@@ -439,3 +439,22 @@ def test_start_data_is_never_evaluated():
     pos, _ = run('<datamodel><data id="x" expr="0"/></datamodel><state id="a"/>', data={"x": CODE, "y": "1+1"})
     assert pos.datamodel["x"] == CODE
     assert pos.datamodel["y"] == "1+1"
+
+
+@pytest.mark.parametrize("expr", [
+    "'{0.__class__}'.format(1)",
+    "'{0[0]}'.format([1])",
+    "t.format(1)",                               # a computed template could hold anything
+    "getattr('{0.__class__}', 'format')(1)",
+])
+def test_str_format_cannot_reach_into_objects(expr):
+    pos, _ = run(f"""<datamodel><data id="x" expr="0"/><data id="t" expr="'{{0.__class__}}'"/></datamodel>
+      <state id="a"><onentry><assign location="x" expr="{expr}"/></onentry>
+      <transition event="error.execution" target="failed"/></state><state id="failed"/>""")
+    assert pos.configuration == {"failed"} and pos.datamodel["x"] == 0
+
+
+def test_plain_format_fields_still_work():
+    pos, _ = run("""<datamodel><data id="x" expr="0"/></datamodel>
+      <state id="a"><onentry><assign location="x" expr="'{}-{b}'.format(1, b=2)"/></onentry></state>""")
+    assert pos.datamodel["x"] == "1-2"

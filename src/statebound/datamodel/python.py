@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import ast
 import builtins
+import string
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -38,7 +39,8 @@ _FORBIDDEN_ATTRS = frozenset({
 
 
 def _refused(name: object) -> bool:
-    return isinstance(name, str) and (name.startswith("_") or name in _FORBIDDEN_ATTRS)
+    # "format" too: reached through getattr, the template is never checked (see _format_fields)
+    return isinstance(name, str) and (name.startswith("_") or name in _FORBIDDEN_ATTRS or name == "format")
 
 
 def _safe_getattr(obj: Any, name: str, *default: Any) -> Any:
@@ -69,6 +71,28 @@ def _check_safe(tree: ast.AST) -> str | None:
             return "import is not allowed"
         if isinstance(node, (ast.Global, ast.Nonlocal)):
             return "global/nonlocal is not allowed"
+        if isinstance(node, ast.Attribute) and node.attr == "format":
+            bad = _format_fields(node.value)
+            if bad:
+                return bad
+    return None
+
+
+def _format_fields(receiver: ast.AST) -> str | None:
+    """``str.format`` resolves ``{0.attr}`` and ``{0[key]}`` itself, past the AST check.
+
+    A constant template may use plain fields only; a template computed at run time could
+    hold anything, so ``.format`` on it is refused (f-strings and ``%`` are the alternatives).
+    """
+    if not (isinstance(receiver, ast.Constant) and isinstance(receiver.value, str)):
+        return "str.format on a computed template is not allowed (use an f-string)"
+    try:
+        fields = [f for _, f, _, _ in string.Formatter().parse(receiver.value) if f]
+    except ValueError:
+        return None  # a malformed template fails when it runs, as an ordinary error
+    for f in fields:
+        if "." in f or "[" in f:
+            return f"format field {{{f}}} reaches into an object; only plain fields are allowed"
     return None
 
 
