@@ -312,3 +312,17 @@ def test_dynamodb_create_table_is_idempotent(monkeypatch, capsys):
         desc = boto3.client("dynamodb", region_name="eu-west-1").describe_table(TableName="sb-cli")["Table"]
     assert {i["IndexName"] for i in desc["GlobalSecondaryIndexes"]} == {"due-index", "dead-index"}
     assert '"created": true' in capsys.readouterr().out
+
+
+def test_purge_removes_old_completed_rows(tmp_path, capsys):
+    db = str(tmp_path / "c.db")
+    chart = tmp_path / "t.scxml"
+    chart.write_text('''<scxml xmlns="http://www.w3.org/2005/07/scxml" initial="s" datamodel="python">
+      <state id="s"><onentry><send event="a" delay="1ms"/></onentry><transition event="a"/></state></scxml>''')
+    assert main(["--db", db, "start", str(chart), "x"]) == 0
+    time.sleep(0.01)
+    assert main(["--db", db, "sweep", "--until-idle"]) == 0
+    capsys.readouterr()
+    assert main(["--db", db, "--json", "purge", "--older-than", "0ms"]) == 0
+    assert json.loads(capsys.readouterr().out)["purged"] == 1
+    assert main(["--db", db, "purge", "--older-than", "soon"]) == 2

@@ -773,3 +773,21 @@ def test_two_revisions_of_a_chart_drain_side_by_side(tmp_path):
     # a host that no longer has v1 refuses the old blob with a typed error
     with pytest.raises(sb.ChartIdentityMismatch):
         sb.Host([v2], store=sb.SQLiteStore(db)).get("old")
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "memory"])
+def test_purge_done_deletes_completed_rows_only(tmp_path, kind):
+    chart = sb.Chart.from_scxml('''<scxml xmlns="http://www.w3.org/2005/07/scxml" initial="s" datamodel="python">
+      <state id="s"><onentry><send event="a" delay="1s"/><send event="b" delay="1h"/></onentry>
+        <transition event="a"/></state></scxml>''')
+    store = sb.SQLiteStore(tmp_path / "p.db") if kind == "sqlite" else sb.MemoryStore()
+    clock = sb.ManualClock(now_ms=0)
+    host = sb.Host([chart], store=store, clock=clock)
+    host.start(chart, "x")
+    clock.advance(1000)
+    assert [r.outcome for r in host.fire_due()] == ["fired"]
+    assert store.get_timer(("x", 1)).state == "done"
+    assert store.purge_done(due_before_ms=500) == 0          # due at 1000: not old enough
+    assert store.purge_done(due_before_ms=2000) == 1
+    assert store.get_timer(("x", 1)) is None
+    assert [r.event["name"] for r in host.pending_timers("x")] == ["b"]   # pending rows untouched

@@ -233,6 +233,24 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_purge(args: argparse.Namespace) -> int:
+    from .chart.compiler import parse_duration
+    age = parse_duration(args.older_than)
+    if age is None:
+        raise CliError(f"--older-than takes a duration like '7d' or '12h', not {args.older_than!r}", EXIT_USAGE)
+    store = SQLiteStore(args.db)
+    cutoff = SystemClock().now_ms() - age
+    total = 0
+    while True:  # in bounded batches, so a big purge never holds the write lock for long
+        n = store.purge_done(cutoff, 5_000)
+        total += n
+        if n < 5_000:
+            break
+    _emit(args, {"purged": total, "due_before_ms": cutoff},
+          f"purged {total} completed timer row(s) due more than {args.older_than} ago")
+    return 0
+
+
 def cmd_validate(args: argparse.Namespace) -> int:
     chart, _ = _load_chart_file(args.chart)
     kinds: dict[str, int] = {}
@@ -550,6 +568,10 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--interval", type=float, default=1.0, help="seconds between sweeps (default 1)")
     s.add_argument("--batch", type=int, default=100)
     s.set_defaults(fn=cmd_sweep)
+
+    s = sub.add_parser("purge", help="delete completed timer rows (kept for inspection) older than a duration")
+    s.add_argument("--older-than", default="7d", help="e.g. 7d, 12h (default 7d)")
+    s.set_defaults(fn=cmd_purge)
 
     s = sub.add_parser("validate", help="check a chart")
     s.add_argument("chart")

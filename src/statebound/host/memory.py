@@ -153,6 +153,14 @@ class MemoryStore:
         with self._lock:
             return self._timers.get(key)
 
+    def purge_done(self, due_before_ms: int, limit: int = 10_000) -> int:
+        """Delete up to ``limit`` completed rows that were due before ``due_before_ms``."""
+        with self._lock:
+            keys = [k for k, r in self._timers.items() if r.state == DONE and r.due_at_ms < due_before_ms][:limit]
+            for k in keys:
+                del self._timers[k]
+            return len(keys)
+
     def instance_ids(self) -> list[str]:
         """All stored instance ids (MemoryStore extra, for tests)."""
         with self._lock:

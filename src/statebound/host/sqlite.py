@@ -575,3 +575,16 @@ class SQLiteStore:
                               "ordinal = ?", key).fetchone()
         return None if r is None else _row_to_timer(r)
 
+
+    def purge_done(self, due_before_ms: int, limit: int = 10_000) -> int:
+        """Delete up to ``limit`` completed rows that were due before ``due_before_ms``.
+
+        Completed rows are kept for inspection (``keep_done=True``); run this from a batch
+        job (``statebound purge``) so the table does not grow without bound. Returns how
+        many rows were deleted.
+        """
+        with self._write():
+            n = self._execute(
+                f"DELETE FROM timers WHERE rowid IN (SELECT rowid FROM timers WHERE state = '{DONE}' "
+                "AND due_at_ms < ? LIMIT ?)", (due_before_ms, limit)).rowcount
+        return n
