@@ -216,3 +216,19 @@ def test_position_only_commit_is_one_conditional_putitem(lam):
     client.meta.events.register("before-call.dynamodb", lambda event_name, **kw: calls.append(event_name.split(".")[-1]))
     lam.host.send("p", "Cancel")
     assert calls == ["GetItem", "PutItem"]
+
+
+def test_sweeper_with_shard_leases_fires_and_gives_the_leases_back(lam, monkeypatch):
+    """SWEEP_LEASES=1: the invocation takes the shards under leases, fires, and releases them."""
+    monkeypatch.setenv("SWEEP_LEASES", "1")
+    for i in range(6):
+        _call(lam, "POST", f"/instances/l{i}", {"chart": "order", "data": {"payment_timeout": "10s"}})
+        _call(lam, "POST", f"/instances/l{i}/events", {"event": "StartPayment"})
+    lam.clock.advance(10_000)
+    report = lam.sweeper.handle({}, _Context(12_000, 2_000))
+    assert report["fired"] == 6 and report["shards"] == lam.host.store.shards  # alone: every shard
+    leases = lam.client.scan(TableName=TABLE, FilterExpression="begins_with(pk, :p)",
+                             ExpressionAttributeValues={":p": {"S": "lease#"}})["Items"]
+    assert leases == []                       # released on the way out
+    assert lam.host.store.owned_shards is None
+    assert all(_call(lam, "GET", f"/instances/l{i}")[1]["configuration"] == ["Cancelled"] for i in range(6))

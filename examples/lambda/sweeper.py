@@ -5,8 +5,14 @@ invocation keeps sweeping -- sleeping only until the next due row or the interva
 its remaining time falls under a margin, so timers fire within about a second of being due
 while the schedule merely keeps one sweeper alive.
 
+With SWEEP_LEASES=1, overlapping invocations split the due-index shards between them
+with lease items (statebound.dynamodb.ShardLeases) instead of racing for the same rows;
+without it they still never double-fire (each fire's completion is conditional), they
+only waste some requests on lost races.
+
 Environment: SWEEP_INTERVAL_S (default 1.0), SWEEP_MARGIN_MS (default 5000),
-SWEEP_BATCH (default 100), plus what app.py reads.
+SWEEP_BATCH (default 100), SWEEP_LEASES (default off), SWEEP_LEASE_MS (default 30000),
+plus what app.py reads.
 """
 
 from __future__ import annotations
@@ -27,7 +33,36 @@ def handle(event: dict[str, Any], context: Any) -> dict[str, Any]:
                          batch=int(os.environ.get("SWEEP_BATCH", "100")),
                          node_id=getattr(context, "aws_request_id", None))
     totals = {"sweeps": 0, "fired": 0, "discarded": 0, "stale": 0, "failed": 0, "skipped": 0, "max_lag_ms": 0}
+    leases = _leases(host, sweeper.node_id) if os.environ.get("SWEEP_LEASES", "") in ("1", "true") else None
+    owned_before = getattr(host.store, "owned_shards", None)
+    try:
+        if leases is not None:
+            leases.acquire()
+            host.store.owned_shards = leases   # claim_due reads leases.held at every sweep
+            totals["shards"] = len(leases.held)
+        _sweep(host, sweeper, context, margin_ms, totals, leases)
+    finally:
+        if leases is not None:
+            host.store.owned_shards = owned_before  # the environment's store outlives this invocation
+            leases.release()
+    return totals
+
+
+def _leases(host: sb.Host, node_id: str) -> Any:
+    from statebound.dynamodb import ShardLeases
+    store = host.store
+    return ShardLeases(store.client, store.table_name, node_id, store.shards,  # type: ignore[attr-defined]
+                       int(os.environ.get("SWEEP_LEASE_MS", "30000")), host.clock)
+
+
+def _sweep(host: sb.Host, sweeper: sb.Sweeper, context: Any, margin_ms: int, totals: dict[str, Any],
+           leases: Any) -> None:
+    renew_every_ms = (leases.lease_ms // 3) if leases is not None else None
+    renewed = host.clock.now_ms()
     while context.get_remaining_time_in_millis() > margin_ms:
+        if renew_every_ms is not None and host.clock.now_ms() - renewed >= renew_every_ms:
+            leases.acquire()  # renew, and take shards a departed sweeper left
+            renewed = host.clock.now_ms()
         report = sweeper.run_once()
         totals["sweeps"] += 1
         for k in ("fired", "discarded", "stale", "failed", "skipped"):
@@ -39,4 +74,3 @@ def handle(event: dict[str, Any], context: Any) -> dict[str, Any]:
         if budget_s <= 0:
             break
         host.clock.sleep(min(sweeper.sleep_time(), budget_s))
-    return totals
