@@ -124,23 +124,21 @@ class Interpreter:
         if chart is not self.chart and chart.identity != self.chart.identity:
             raise ChartIdentityMismatch((self.chart.identity, self.chart.name, self.chart.version),
                                         (chart.identity, chart.name, chart.version))
-        # The static fast path first: a bare event name needs no Event object to be looked up.
-        if type(event) is str and not position.timeouts and not position.invocations:
-            key = (position.states, event)
-            fast = self._static.get(key, _UNKNOWN)
-            if fast is _UNKNOWN:
-                fast = self._static_step(position.states, event) if event else None
-                _put(self._static, key, fast)
-            if fast is not None:
-                return advance(position, fast), ()  # type: ignore[arg-type]
-        ev = _as_event(event)
-        if not ev.is_cancel and not position.timeouts and (not position.invocations or self._quiet_invocations(position, ev)):
-            fast = self._static.get((position.states, ev.name), _UNKNOWN)
-            if fast is _UNKNOWN:
-                fast = self._static_step(position.states, ev.name)
-                _put(self._static, (position.states, ev.name), fast)
-            if fast is not None:
-                return advance(position, fast), ()  # type: ignore[arg-type]
+        # The static fast path first; a bare event name needs no Event object to be looked up.
+        if type(event) is str:
+            if event and not position.timeouts and \
+                    (not position.invocations or not any(i.autoforward for i in position.invocations)):
+                fast = self._static_lookup(position.states, event)
+                if fast is not None:
+                    return advance(position, fast), ()
+            ev = _as_event(event)
+        else:
+            ev = _as_event(event)
+            if not ev.is_cancel and not position.timeouts and \
+                    (not position.invocations or self._quiet_invocations(position, ev)):
+                fast = self._static_lookup(position.states, ev.name)
+                if fast is not None:
+                    return advance(position, fast), ()
         m = self._machine(position, None, caller_context, macrostep=position.macrostep + 1)
         try:
             m.process_external(ev)
@@ -152,6 +150,15 @@ class Interpreter:
         return self._finish(position, m, packed)
 
     # ------------------------------------------------------------------ the static fast path
+    def _static_lookup(self, states: tuple[int, ...], name: str) -> tuple[int, ...] | None:
+        """The cached :meth:`_static_step` answer for (configuration, event name)."""
+        key = (states, name)
+        fast = self._static.get(key, _UNKNOWN)
+        if fast is _UNKNOWN:
+            fast = self._static_step(states, name)
+            _put(self._static, key, fast)
+        return fast  # type: ignore[return-value]
+
     @staticmethod
     def _quiet_invocations(pos: Position, ev: Event) -> bool:
         return ev.invokeid is None and not any(i.autoforward for i in pos.invocations)
