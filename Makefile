@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: test demo bench soak clean venv
+.PHONY: test lint demo bench soak clean venv
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -14,7 +14,11 @@ $(STAMP): pyproject.toml
 
 venv: $(STAMP)
 
-test: $(STAMP)
+lint: $(STAMP)
+	$(PY) -m ruff check src tests bench examples
+	$(PY) -m mypy
+
+test: $(STAMP) lint
 	$(PY) -m pytest -q
 
 soak: $(STAMP)

@@ -34,7 +34,7 @@ import contextlib
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from collections.abc import Callable
 
 CHARTS = Path(__file__).resolve().parent / "charts"
 
@@ -114,7 +114,7 @@ def statebound(workload: str, *, full_path: bool = False) -> Runner:
     def run(n: int) -> None:
         pos = box[0]
         for _ in range(n):
-            pos, eff = drive(pos, "next")
+            pos, _eff = drive(pos, "next")
         box[0] = pos
 
     def counter():

@@ -55,7 +55,7 @@ def _pct(values: list[float], q: float) -> float:
     if not values:
         return float("nan")
     s = sorted(values)
-    k = min(len(s) - 1, max(0, int(round(q * (len(s) - 1)))))
+    k = min(len(s) - 1, max(0, round(q * (len(s) - 1))))
     return s[k]
 
 

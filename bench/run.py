@@ -30,7 +30,8 @@ import time
 import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 HERE = Path(__file__).resolve().parent
 SRC = HERE.parent / "src"
@@ -48,7 +49,7 @@ import adapters  # noqa: E402
 class Section:
     name: str
     title: str
-    fn: Callable[["Ctx"], list[dict]]
+    fn: Callable[[Ctx], list[dict]]
     #: per-column format strings; other floats print as "{:,.0f}"
     formats: dict[str, str] = field(default_factory=dict)
 
@@ -188,7 +189,7 @@ def print_table(sec: Section, rows: list[dict], notes: list[str], out=sys.stdout
 
         def line(vals):
             return "  ".join(v.ljust(w) if i in left else v.rjust(w)
-                             for i, (v, w) in enumerate(zip(vals, widths)))
+                             for i, (v, w) in enumerate(zip(vals, widths, strict=True)))
 
         print(line(cols), file=out)
         print("  ".join("-" * w for w in widths), file=out)

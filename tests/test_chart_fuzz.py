@@ -252,7 +252,7 @@ def check_case(text: str | bytes) -> str:
         str(exc)  # the message must be renderable
         if isinstance(exc, sb.ChartValidationError):
             assert exc.problems, "a validation error lists at least one problem"
-    except BaseException as exc:  # noqa: BLE001 - that is the point
+    except BaseException as exc:
         pytest.fail(f"untyped {type(exc).__name__}: {exc!r} for input:\n{text!r}")
     elapsed = time.perf_counter() - t0
     assert elapsed < 2.0, f"took {elapsed:.2f}s for input:\n{text!r}"

@@ -171,7 +171,7 @@ def test_system_variables_are_read_only():
 def test_undeclared_location_is_an_error():
     c = chart(f'<state id="a"><onentry><assign location="nope" expr="1"/></onentry>{ERR_TO_LOG}</state>'
               '<state id="failed"/>')
-    pos, effects = run(c)
+    pos, _effects = run(c)
     assert "failed" in pos.configuration and "nope" not in pos.datamodel
 
 

@@ -208,7 +208,7 @@ def test_one_commit_per_call_and_versions(env):
     host, _clock, spy, _snap = env
     host.start("counter", "c1")
     assert host.store.load("c1").version == 1
-    for i in range(3):
+    for _i in range(3):
         host.send("c1", "inc")
     assert spy.commits == 4
     rec = host.store.load("c1")
@@ -252,7 +252,7 @@ def test_delivery_budget_spills_to_due_rows(sq):
 
 
 def test_timer_rows_key_due_and_cancel_by_send_id(env):
-    host, clock, spy, snap = env
+    host, clock, _spy, _snap = env
     host.start("timers", "t1")
     clock.advance(123)
     armed_at = clock.now_ms()
@@ -724,9 +724,8 @@ def test_srcexpr_invoked_child_loads_in_another_host(tmp_path):
         clock.advance(1000)
         assert [r.outcome for r in fresh.fire_due()] == ["fired"]
         assert fresh.get("P").datamodel["got"] == 1
-    with sb.SQLiteStore(db) as store:
-        with pytest.raises(sb.UnknownChart):   # without the parent chart there is nothing to resolve
-            sb.Host([], store=store, clock=clock).get("P::b")
+    with sb.SQLiteStore(db) as store, pytest.raises(sb.UnknownChart):
+        sb.Host([], store=store, clock=clock).get("P::b")   # without the parent chart there is nothing to resolve
 
 
 def test_run_forever_survives_a_transient_store_failure():

@@ -230,7 +230,7 @@ def test_drive_on_halted_position_raises_not_running():
 
 
 def test_start_straight_into_final_is_done():
-    pos, effects = run('<final id="f"/>')
+    pos, _effects = run('<final id="f"/>')
     assert pos.status == "done"
     with pytest.raises(sb.NotRunning):
         sb.Interpreter(pos.chart).drive(pos, "x")
@@ -323,7 +323,7 @@ def test_eventless_transitions_run_after_an_external_event():
 
 
 def test_eventless_before_internal_events():
-    pos, effects = run("""<state id="a"><onentry><raise event="ev"/></onentry>
+    pos, _effects = run("""<state id="a"><onentry><raise event="ev"/></onentry>
         <transition target="b"/><transition event="ev" target="wrong"/></state>
         <state id="b"><transition event="ev" target="c"/></state><state id="c"/><state id="wrong"/>""")
     assert pos.configuration == {"c"}
@@ -421,7 +421,7 @@ def test_raise_is_processed_after_the_current_block():
 
 
 def test_internal_events_are_fifo():
-    pos, effects = run("""<state id="a"><onentry><raise event="one"/><raise event="two"/></onentry>
+    pos, _effects = run("""<state id="a"><onentry><raise event="one"/><raise event="two"/></onentry>
         <transition event="one" target="b"/><transition event="two" target="wrong"/></state>
         <state id="b"><transition event="two" target="c"/></state><state id="c"/><state id="wrong"/>""")
     assert pos.configuration == {"c"}
@@ -731,7 +731,7 @@ def _random_chart(draw):
     ids = [f"s{i}" for i in range(n)]
     nested = draw(st.booleans())
     parts = []
-    for i, sid in enumerate(ids):
+    for _i, sid in enumerate(ids):
         trans = []
         for _ in range(draw(st.integers(0, 3))):
             ev = draw(st.sampled_from(_EVENTS))

@@ -15,7 +15,7 @@ import pytest
 import statebound as sb
 from statebound import position as P
 
-from test_position import CODECS, EVENTS, SOURCES, chart, walk
+from test_position import CODECS, EVENTS, SOURCES, walk
 
 
 def _seeds() -> list[tuple[bytes, sb.Chart]]:

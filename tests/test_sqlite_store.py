@@ -480,7 +480,7 @@ def test_processes_claim_each_row_exactly_once(db_path):
     assert len(claimed) == 500
     assert set(claimed) == {r.key for r in rows}
     with SQLiteStore(db_path) as store:
-        for got, node in zip(results, ["n1", "n2"]):
+        for got, node in zip(results, ["n1", "n2"], strict=True):
             for iid, o, by in got:
                 assert by == node
                 assert store.get_timer((iid, o)).claimed_by == node

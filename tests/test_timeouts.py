@@ -187,7 +187,7 @@ def test_campaign_daily_check_first_at_nine_seconds(campaign_chart, tmp_path):
 
 
 def test_campaign_end_cycle_cancels_both(campaign_chart, tmp_path):
-    host, clock = make_host(campaign_chart, tmp_path, 0)
+    host, _clock = make_host(campaign_chart, tmp_path, 0)
     host.start(campaign_chart, "c")
     host.send("c", "GoLive")
     host.send("c", "EndCycle")                            # early, from outside
@@ -497,7 +497,7 @@ def test_at_in_the_past_fires_on_the_next_sweep(tmp_path):
     <transition event="Close" target="Closed"/>
   </state>
   <final id="Closed"/>""", "Open"))
-    host, clock = make_host(chart, tmp_path, EPOCH + HOUR)
+    host, _clock = make_host(chart, tmp_path, EPOCH + HOUR)
     host.start(chart, "x")
     (res,) = host.fire_due()
     assert res.outcome == "fired" and res.lag_ms == HOUR
@@ -511,7 +511,7 @@ def test_at_timer_with_a_stay_on_its_event_does_not_refire(tmp_path):
     <sb:timeout event="Close" at="2026-01-01T00:00:00Z"/>
     <transition event="Close"><assign location="n" expr="n + 1"/></transition>
   </state>""", "Open", '<datamodel><data id="n" expr="0"/></datamodel>'))
-    host, clock = make_host(chart, tmp_path, EPOCH)
+    host, _clock = make_host(chart, tmp_path, EPOCH)
     host.start(chart, "x")
     assert [r.outcome for r in host.fire_due()] == ["fired"]
     for _ in range(3):
@@ -801,7 +801,7 @@ def test_unhandled_stay_event_leaves_other_timers(tmp_path):
 
 
 def test_delete_purges_named_timers(campaign_chart, tmp_path):
-    host, clock = make_host(campaign_chart, tmp_path)
+    host, _clock = make_host(campaign_chart, tmp_path)
     host.start(campaign_chart, "c")
     host.send("c", "GoLive")
     host.delete("c")
@@ -810,7 +810,7 @@ def test_delete_purges_named_timers(campaign_chart, tmp_path):
 
 def test_named_timers_survive_a_new_host(campaign_chart, tmp_path):
     """The rows and the armed generations are durable: a fresh host on the same file fires them."""
-    host, clock = make_host(campaign_chart, tmp_path)
+    host, _clock = make_host(campaign_chart, tmp_path)
     host.start(campaign_chart, "c")
     host.send("c", "GoLive")
     host2 = sb.Host(charts=[campaign_chart], store=sb.SQLiteStore(tmp_path / "t.db"),

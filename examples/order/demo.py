@@ -71,7 +71,7 @@ def main() -> int:
           f"pending timers: {len(final['timers'])}")
 
     sweeper.send_signal(signal.SIGINT)
-    out, err = sweeper.communicate(timeout=30)
+    out, _err = sweeper.communicate(timeout=30)
     metrics = json.loads(out) if out.strip() else {}
     step(5, f"sweeper stopped: fired {metrics.get('fired', '?')} timer(s), "
             f"discarded {metrics.get('discarded', '?')}, failed {metrics.get('failed', '?')}")

@@ -13,10 +13,10 @@ pulls in neither boto3 nor sqlite3.
 from typing import Any
 
 from . import effects
-from . import position as _position  # registers the blob codec on Position
+from . import position as _position  # noqa: F401  (registers the blob codec on Position)
 from .chart import Chart
 from .events import Event
-from .exceptions import *  # noqa: F401,F403  (the error tree is part of the facade)
+from .exceptions import *  # noqa: F403  (the error tree is part of the facade)
 from .exceptions import __all__ as _errors
 from .host import Host, ManualClock, MemoryStore, Sweeper, SystemClock
 from .interpreter import Interpreter, Position
@@ -24,8 +24,8 @@ from .position import diff
 
 __version__ = "0.1.0"
 
-__all__ = ["Chart", "Interpreter", "Position", "Event", "effects", "diff", "Host", "Sweeper", "ManualClock",
-           "SystemClock", "MemoryStore", "SQLiteStore", *_errors]
+__all__ = ["Chart", "Interpreter", "Position", "Event", "effects", "diff", "Host", "Sweeper",  # noqa: PLE0604
+           "ManualClock", "SystemClock", "MemoryStore", "SQLiteStore", *_errors]  # noqa: F405
 
 
 def __getattr__(name: str) -> Any:

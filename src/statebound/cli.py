@@ -352,7 +352,7 @@ def _drive_worker(db: str, lines: list[tuple[int, dict[str, Any]]], progress: An
 def _read_jsonl(path: str) -> list[tuple[int, dict[str, Any]]]:
     out = []
     try:
-        fh = sys.stdin if path == "-" else open(path, encoding="utf-8")
+        fh = sys.stdin if path == "-" else open(path, encoding="utf-8")  # noqa: SIM115  (closed by the with below)
     except OSError as exc:
         raise CliError(f"cannot read {path!r}: {exc.strerror or exc}") from None
     with fh:
@@ -388,7 +388,7 @@ def cmd_drive(args: argparse.Namespace) -> int:
     for lineno, item in items:
         parts[zlib.crc32(item["instance"].encode()) % workers].append((lineno, item))
     started = time.perf_counter()
-    show = not args.json and sys.stderr.isatty() or args.progress
+    show = (not args.json and sys.stderr.isatty()) or args.progress
     ok, errors = 0, []
     if workers == 1:
         import queue
@@ -424,7 +424,7 @@ def cmd_drive(args: argparse.Namespace) -> int:
                 while not all(r.ready() for r in res) or not q.empty():
                     try:
                         done += q.get(timeout=0.1)
-                    except Exception:  # queue.Empty from the manager proxy
+                    except Exception:  # noqa: S110  (queue.Empty from the manager proxy)
                         pass
                     if show:
                         _progress_bar(done, len(items), started)

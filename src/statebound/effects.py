@@ -173,4 +173,4 @@ class BudgetExhausted(_Stamp):
 
 
 #: Any effect a drive can return.
-Effect = Union[Send, SendDelayed, Cancel, Invoke, CancelInvoke, Autoforward, Log, Done, BudgetExhausted]
+Effect = Union[Send, SendDelayed, Cancel, Invoke, CancelInvoke, Autoforward, Log, Done, BudgetExhausted]  # noqa: UP007  (a runtime alias)

@@ -45,7 +45,7 @@ class Event:
     raw: str | None = None
 
     @classmethod
-    def cancel(cls) -> "Event":
+    def cancel(cls) -> Event:
         """The event that cancels a session: every state is exited, status becomes ``cancelled``."""
         return cls(CANCEL_EVENT, None, "platform")
 
@@ -64,7 +64,7 @@ class Event:
         }
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "Event":
+    def from_dict(cls, d: dict[str, Any]) -> Event:
         """Rebuild an event from :meth:`to_dict` output."""
         return cls(d["name"], d.get("data"), d.get("type") or "external", d.get("sendid"),
                    d.get("origin"), d.get("origintype"), d.get("invokeid"), d.get("raw"))

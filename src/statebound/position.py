@@ -750,9 +750,9 @@ def diff(old_chart: Chart, new_chart: Chart, mapping: Mapping[str, str] | None =
         new = new_chart.state(nid)
         if _kind(new) != _kind(node):
             blocking.append(f"state {node.id!r} changed kind: {_kind(node)} -> {_kind(new)}")
-        old_parent = old_chart.states[node.parent].id if node.parent else ""  # type: ignore[index]
+        old_parent = old_chart.states[node.parent].id if node.parent else ""
         want = mapping.get(old_parent, old_parent) if old_parent else ""
-        got = new_chart.states[new.parent].id if new.parent else ""  # type: ignore[index]
+        got = new_chart.states[new.parent].id if new.parent else ""
         if got != want:
             blocking.append(f"state {node.id!r} moved: parent {old_parent or '<scxml>'!r} -> {got or '<scxml>'!r}")
         if node.kind == "parallel" and new.kind == "parallel" and len(new.children) > len(node.children):

@@ -157,7 +157,8 @@ import sys
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterable, Union
+from typing import Union
+from collections.abc import Callable, Iterable
 
 SCXML_NS = "http://www.w3.org/2005/07/scxml"
 CONF_NS = "http://www.w3.org/2005/scxml-conformance"
@@ -376,7 +377,7 @@ ATTRIBUTES: dict[str, AttrHandler] = {
 # Each handler takes the conf: element and returns what replaces it: new
 # elements and/or text (text is spliced into the parent's content).
 
-Item = Union[ET.Element, str]
+Item = Union[ET.Element, str]  # noqa: UP007  (a runtime alias)
 ElemHandler = Callable[[ET.Element], list[Item]]
 
 

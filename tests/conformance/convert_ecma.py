@@ -65,7 +65,7 @@ from __future__ import annotations
 import importlib.util
 import sys
 from pathlib import Path
-from typing import Callable
+from collections.abc import Callable
 
 _HERE = Path(__file__).resolve().parent
 

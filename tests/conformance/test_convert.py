@@ -136,7 +136,7 @@ def test_every_construct_of_the_suite_has_a_meaning():
 
 @needs_suite
 def test_every_file_converts_to_wellformed_conf_free_scxml(converted):
-    out, done = converted
+    _out, done = converted
     sources = {p.name for p in (SUITE_DIR / "txml").iterdir() if p.is_file()}
     assert set(done) == sources
     for src, path in done.items():

@@ -187,7 +187,7 @@ def test_concurrent_acquires_never_share_a_shard(moto_endpoint, server_table):
     for _ in range(3):
         start = threading.Barrier(len(members))
 
-        def run(lease):
+        def run(lease, start=start):
             start.wait()
             lease.acquire()
 

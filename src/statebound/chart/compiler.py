@@ -13,7 +13,7 @@ import json
 import os
 import re
 import textwrap
-from datetime import datetime, timezone
+from datetime import datetime, UTC
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +39,7 @@ def parse_duration(text: str) -> int | None:
     m = _DURATION.match(text)
     if not m:
         return None
-    return int(round(float(m.group(1)) * _UNIT_MS[m.group(2)]))
+    return round(float(m.group(1)) * _UNIT_MS[m.group(2)])
 
 
 def parse_instant(text: str) -> int | None:
@@ -49,7 +49,7 @@ def parse_instant(text: str) -> int | None:
     except ValueError:
         return None
     if dt.tzinfo is None:
-        dt = dt.replace(tzinfo=timezone.utc)
+        dt = dt.replace(tzinfo=UTC)
     return int(dt.timestamp() * 1000)
 
 

@@ -224,7 +224,7 @@ class StateNode:
     timeouts: tuple[TimeoutSpec, ...] = ()
     line: int | None = None
 
-    def is_descendant_of(self, other: "StateNode") -> bool:
+    def is_descendant_of(self, other: StateNode) -> bool:
         """True when this state is a proper descendant of ``other``."""
         return other.index < self.index <= other.last
 
@@ -258,14 +258,14 @@ class Chart:
     expressions: tuple[Expr, ...]
     script: Block                    # the top-level <script>, run at start
     base_path: str | None
-    subcharts: tuple["Chart", ...] = ()
+    subcharts: tuple[Chart, ...] = ()
     _by_id: Mapping[str, int] = field(default_factory=dict, repr=False)
     _caches: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     # constructors are attached in chart/__init__.py (to keep this module free of parsing)
     @classmethod
     def from_scxml(cls, text: str | bytes, name: str | None = None, version: str | None = None,
-                   base_path: str | None = None) -> "Chart":
+                   base_path: str | None = None) -> Chart:
         """Parse, validate and compile an SCXML document.
 
         :param text: the SCXML document.
@@ -281,7 +281,7 @@ class Chart:
         return compile_chart(text, name=name, version=version, base_path=base_path)
 
     @classmethod
-    def from_file(cls, path: Any, name: str | None = None, version: str | None = None) -> "Chart":
+    def from_file(cls, path: Any, name: str | None = None, version: str | None = None) -> Chart:
         """Read and compile an SCXML file; relative ``src`` attributes resolve beside it.
 
         The name defaults to ``<scxml name>`` or the file's stem.

@@ -31,7 +31,7 @@ class El:
     attrib: dict[str, str]
     line: int
     column: int
-    children: list["El"] = field(default_factory=list)
+    children: list[El] = field(default_factory=list)
     text: str = ""          # text before the first child
     tails: list[str] = field(default_factory=list)  # text after each child
     nsmap: dict[str, str] = field(default_factory=dict)  # prefixes declared on this element
@@ -45,7 +45,7 @@ class El:
         """Text content, children's markup excluded."""
         return self.text + "".join(self.tails)
 
-    def scxml_children(self, *tags: str) -> list["El"]:
+    def scxml_children(self, *tags: str) -> list[El]:
         """Children in the SCXML namespace, optionally restricted to ``tags``."""
         return [c for c in self.children if c.ns == SCXML_NS and (not tags or c.tag in tags)]
 
@@ -188,7 +188,7 @@ def serialize(el: El, _inherited: dict[str, str] | None = None) -> str:
         return "".join(parts) + "/>"
     parts.append(">")
     parts.append(_esc(el.text))
-    for child, tail in zip(el.children, el.tails):
+    for child, tail in zip(el.children, el.tails, strict=True):
         parts.append(serialize(child, scope))
         parts.append(_esc(tail))
     parts.append(f"</{el.tag}>")

@@ -39,7 +39,7 @@ class AttrDict(dict):
 class EventView:
     """The read-only ``_event`` object expressions see."""
 
-    __slots__ = ("name", "type", "sendid", "origin", "origintype", "invokeid", "data", "raw")
+    __slots__ = ("data", "invokeid", "name", "origin", "origintype", "raw", "sendid", "type")
 
     def __init__(self, event: Any) -> None:
         self.name = event.name

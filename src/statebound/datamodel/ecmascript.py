@@ -552,7 +552,7 @@ def _xml_tree(value: Any) -> list[Any] | None:
     if type(value) is not str:
         return None
     s = value.strip()
-    if len(s) < 3 or s[0] != "<" or s[-1] != ">" or s.startswith("<!") or s.startswith("<?xml-stylesheet"):
+    if len(s) < 3 or s[0] != "<" or s[-1] != ">" or s.startswith(("<!", "<?xml-stylesheet")):
         return None
     try:
         el = parse_xml(s)
@@ -650,7 +650,7 @@ class EcmaScriptDatamodel:
         return get_limits(self.chart)
 
     def open(self, variables: dict[str, Any], session_id: str, name: str,
-             ioprocessors: Mapping[str, Any], in_state: Callable[[str], bool]) -> "EcmaScriptContext":
+             ioprocessors: Mapping[str, Any], in_state: Callable[[str], bool]) -> EcmaScriptContext:
         """Open a drive's context. The JS runtime is created on first use."""
         return EcmaScriptContext(self, variables, session_id, name, ioprocessors, in_state)
 
@@ -658,8 +658,25 @@ class EcmaScriptDatamodel:
 class EcmaScriptContext:
     """One drive's QuickJS runtime. See :class:`statebound.datamodel.base.Context`."""
 
-    __slots__ = ("dm", "vars", "session_id", "name", "ioprocessors", "in_state", "js", "call", "compiled",
-                 "pending_event", "last", "dump_cache", "limits", "scripts_sent", "broken", "dom_loaded", "started")
+    __slots__ = (
+        "broken",
+        "call",
+        "compiled",
+        "dm",
+        "dom_loaded",
+        "dump_cache",
+        "in_state",
+        "ioprocessors",
+        "js",
+        "last",
+        "limits",
+        "name",
+        "pending_event",
+        "scripts_sent",
+        "session_id",
+        "started",
+        "vars",
+    )
 
     def __init__(self, dm: EcmaScriptDatamodel, variables: dict[str, Any], session_id: str, name: str,
                  ioprocessors: Mapping[str, Any], in_state: Callable[[str], bool]) -> None:
@@ -832,7 +849,7 @@ class EcmaScriptContext:
     # ------------------------------------------------------------------ the Context protocol
     def evaluate(self, expr: Expr) -> Any:
         """Evaluate an expression (a location is read as a value)."""
-        call = self._runtime()
+        self._runtime()
         self._compile(expr, "expr")
         return self._result(self._invoke("eval", expr.id, self._ids(self.dm.in_ids[expr.id])), expr)
 

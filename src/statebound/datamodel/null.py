@@ -23,7 +23,7 @@ class NullDatamodel:
         self.chart = chart
 
     def open(self, variables: dict[str, Any], session_id: str, name: str,
-             ioprocessors: Mapping[str, Any], in_state: Callable[[str], bool]) -> "NullContext":
+             ioprocessors: Mapping[str, Any], in_state: Callable[[str], bool]) -> NullContext:
         """Open a context (variables are ignored: there are none)."""
         return NullContext(in_state)
 

@@ -24,13 +24,7 @@ from .base import SYSTEM_VARIABLES, EventView, check_serializable
 
 __all__ = ["PythonDatamodel", "SAFE_BUILTINS"]
 
-_ALLOWED = (
-    "abs all any bool bytes callable chr dict divmod enumerate filter float format frozenset "
-    "getattr hasattr hash int isinstance issubclass iter len list map max min next ord pow range "
-    "repr reversed round set slice sorted str sum tuple type zip True False None "
-    "ArithmeticError AttributeError Exception IndexError KeyError LookupError NameError "
-    "TypeError ValueError ZeroDivisionError"
-).split()
+_ALLOWED = ["abs", "all", "any", "bool", "bytes", "callable", "chr", "dict", "divmod", "enumerate", "filter", "float", "format", "frozenset", "getattr", "hasattr", "hash", "int", "isinstance", "issubclass", "iter", "len", "list", "map", "max", "min", "next", "ord", "pow", "range", "repr", "reversed", "round", "set", "slice", "sorted", "str", "sum", "tuple", "type", "zip", "True", "False", "None", "ArithmeticError", "AttributeError", "Exception", "IndexError", "KeyError", "LookupError", "NameError", "TypeError", "ValueError", "ZeroDivisionError"]
 _FORBIDDEN_ATTRS = frozenset({
     "gi_frame", "gi_code", "cr_frame", "cr_code", "ag_frame", "ag_code", "f_globals", "f_locals",
     "f_builtins", "f_back", "f_code", "tb_frame", "tb_next", "co_code", "func_globals", "mro",
@@ -147,7 +141,7 @@ class PythonDatamodel:
         return compile(tree, where, mode)  # type: ignore[call-overload]
 
     def open(self, variables: dict[str, Any], session_id: str, name: str,
-             ioprocessors: Mapping[str, Any], in_state: Callable[[str], bool]) -> "PythonContext":
+             ioprocessors: Mapping[str, Any], in_state: Callable[[str], bool]) -> PythonContext:
         """Open a drive's context; ``variables`` is taken over (not copied)."""
         return PythonContext(self, variables, session_id, name, ioprocessors, in_state)
 
@@ -160,7 +154,7 @@ def _as_store(node: ast.AST) -> ast.AST:
 class PythonContext:
     """One drive's namespace. See :class:`statebound.datamodel.base.Context`."""
 
-    __slots__ = ("code", "ns", "_system")
+    __slots__ = ("_system", "code", "ns")
 
     def __init__(self, dm: PythonDatamodel, variables: dict[str, Any], session_id: str, name: str,
                  ioprocessors: Mapping[str, Any], in_state: Callable[[str], bool]) -> None:

@@ -72,10 +72,8 @@ def _put(cache: dict[Any, Any], key: Any, value: Any) -> None:
 
 
 def _name_match(descriptors: tuple[str, ...], name: str) -> bool:
-    for d in descriptors:
-        if d == "*" or d == name or (name.startswith(d) and name[len(d):len(d) + 1] == "."):
-            return True
-    return False
+    return any(d == "*" or d == name or (name.startswith(d) and name[len(d):len(d) + 1] == ".")
+               for d in descriptors)
 
 
 class Machine(ContentMixin):
@@ -410,12 +408,12 @@ class Machine(ContentMixin):
                 if node.parent == 0:
                     self.running = False
                 else:
-                    parent = states[node.parent]  # type: ignore[index]
+                    parent = states[node.parent]
                     self.internal.append(Event("done.state." + parent.id, self.done_data(node), "internal"))
                     gp = parent.parent
-                    if gp is not None and states[gp].kind == "parallel":
-                        if all(self.is_in_final_state(c) for c in states[gp].children):
-                            self.internal.append(Event("done.state." + states[gp].id, None, "internal"))
+                    if gp is not None and states[gp].kind == "parallel" and \
+                            all(self.is_in_final_state(c) for c in states[gp].children):
+                        self.internal.append(Event("done.state." + states[gp].id, None, "internal"))
 
     def compute_entry_set(self, transitions: list[Transition], to_enter: list[int], default_entry: set[int],
                           default_history: dict[int, Any], uses_history: list[bool]) -> None:

@@ -115,7 +115,7 @@ class ContentMixin:
         """``<foreach>`` over a shallow copy of the array; a failing child stops it all."""
         ctx = self.ctx
         seq = ctx.evaluate(a.array)
-        if isinstance(seq, dict) or isinstance(seq, (str, bytes)) or not hasattr(seq, "__iter__"):
+        if isinstance(seq, (dict, str, bytes)) or not hasattr(seq, "__iter__"):
             raise EvaluationError(f"<foreach array={a.array.src!r}> is not an array")
         items = list(seq)  # iterate a shallow copy: the body may change the array
         for loc in (a.item, a.index):
@@ -183,7 +183,7 @@ class ContentMixin:
     def send(self, a: SendAction, owner: int) -> None:
         """``<send>``: evaluate everything, then emit ``Send``/``SendDelayed`` or enqueue."""
         ctx = self.ctx
-        m = self  # noqa: the Machine
+        m = self  # the Machine
         if a.id is not None:
             send_id, from_author = a.id, True
         else:

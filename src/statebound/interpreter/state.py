@@ -122,7 +122,7 @@ class Position:
         """True if ``state_id`` is in the configuration."""
         return self.chart.has_state(state_id) and self.chart.index_of(state_id) in self.states
 
-    def restamp(self, *, routes: Any = None, ioprocessors: Any = None, callbacks: Any = None) -> "Position":
+    def restamp(self, *, routes: Any = None, ioprocessors: Any = None, callbacks: Any = None) -> Position:
         """Return a copy with the per-driver fields set (what a host does after a load)."""
         return _replace(self, routes=routes, ioprocessors=ioprocessors, callbacks=callbacks)
 
@@ -132,7 +132,7 @@ class Position:
         return _codec().to_bytes(self, codec)
 
     @classmethod
-    def from_bytes(cls, blob: bytes, chart: Chart) -> "Position":
+    def from_bytes(cls, blob: bytes, chart: Chart) -> Position:
         """Decode a blob written by :meth:`to_bytes`, checking format version and chart identity.
 
         :raises PositionError: ``NotAPosition``, ``UnsupportedFormatVersion``,
@@ -146,7 +146,7 @@ class Position:
 
     @classmethod
     def import_(cls, data: Mapping[str, Any], chart: Chart, *,
-                mapping: Mapping[str, str] | None = None) -> "Position":
+                mapping: Mapping[str, str] | None = None) -> Position:
         """Build a position on ``chart`` from :meth:`export` output, checking it is legal there.
 
         :param mapping: ``{old_id: new_id}`` renames to apply first (see :func:`statebound.diff`).
