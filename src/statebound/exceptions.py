@@ -19,7 +19,8 @@ so a host can catch the whole family in one clause and still tell the cases apar
     ├── HostError
     │   ├── InstanceExists
     │   ├── InstanceNotFound
-    │   └── UnknownChart
+    │   ├── UnknownChart
+    │   └── DeliveryRejected          a processor or invoke handler gave up for good
     └── StoreError                    anything a backend could not do
         ├── ConflictError             optimistic version check failed
         ├── ItemTooLarge              a position or commit over the backend's limit
@@ -54,6 +55,7 @@ __all__ = [
     "InstanceExists",
     "InstanceNotFound",
     "UnknownChart",
+    "DeliveryRejected",
     "StoreError",
     "ConflictError",
     "ItemTooLarge",
@@ -245,6 +247,15 @@ class UnknownChart(HostError, KeyError):
 
     def __str__(self) -> str:
         return str(self.args[0])
+
+
+class DeliveryRejected(HostError):
+    """Raised by a send processor or invoke handler: this delivery will never succeed.
+
+    The outbox row is parked as dead at once (no retries), and the sending instance gets
+    ``error.communication`` (a send) or ``error.execution`` (an invoke). Any other exception
+    from a processor means "retry later".
+    """
 
 
 # --------------------------------------------------------------------------- stores
