@@ -20,7 +20,10 @@ so a host can catch the whole family in one clause and still tell the cases apar
     │   ├── InstanceExists
     │   ├── InstanceNotFound
     │   ├── UnknownChart
-    │   └── DeliveryRejected          a processor or invoke handler gave up for good
+    │   ├── DeliveryRejected          a processor or invoke handler gave up for good
+    │   │   ├── PayloadTooLarge       over the receiving service's size limit
+    │   │   └── PayloadNotJSON        data that strict JSON cannot carry (NaN, bytes...)
+    │   └── DeliveryFailed            this attempt failed; the outbox retries it
     └── StoreError                    anything a backend could not do
         ├── ConflictError             optimistic version check failed
         ├── ItemTooLarge              a position or commit over the backend's limit
@@ -56,6 +59,9 @@ __all__ = [
     "InstanceNotFound",
     "UnknownChart",
     "DeliveryRejected",
+    "PayloadTooLarge",
+    "PayloadNotJSON",
+    "DeliveryFailed",
     "StoreError",
     "ConflictError",
     "ItemTooLarge",
@@ -256,6 +262,43 @@ class DeliveryRejected(HostError):
     ``error.communication`` (a send) or ``error.execution`` (an invoke). Any other exception
     from a processor means "retry later".
     """
+
+
+class PayloadTooLarge(DeliveryRejected):
+    """The encoded payload is over the receiving service's limit; it was not sent.
+
+    Checked before the call, so a payload that can never fit is parked at once rather
+    than retried until ``max_attempts``.
+
+    :ivar size: the encoded size in bytes, as the service counts it.
+    :ivar limit: the limit in bytes.
+    """
+
+    def __init__(self, message: str, size: int | None = None, limit: int | None = None) -> None:
+        self.size = size
+        self.limit = limit
+        super().__init__(message)
+
+
+class PayloadNotJSON(DeliveryRejected):
+    """A payload (or a function's result) is not strict JSON: NaN, Infinity, bytes, a cycle...
+
+    Retrying cannot change the data, so the delivery is parked at once.
+    """
+
+
+class DeliveryFailed(HostError):
+    """Raised by a send processor or invoke handler: this attempt failed, a later one may not.
+
+    The outbox releases the row with backoff and tries again, up to the host's
+    ``max_attempts`` (throttling, a 5xx, a dropped connection, a function that raised).
+
+    :ivar code: the remote error code (``"ThrottlingException"``...), when there is one.
+    """
+
+    def __init__(self, message: str, code: str | None = None) -> None:
+        self.code = code
+        super().__init__(message)
 
 
 # --------------------------------------------------------------------------- stores
