@@ -24,6 +24,7 @@ try:
 except ImportError as exc:  # pragma: no cover - depends on the environment
     raise ImportError("statebound.aws needs boto3: pip install 'statebound[aws]'") from exc
 
+from .eventbridge import EVENTBRIDGE_MAX_BYTES, EventBridgeProcessor
 from .sqs import SQS_MAX_BYTES, SQSProcessor
 
-__all__ = ["SQSProcessor", "SQS_MAX_BYTES"]
+__all__ = ["SQSProcessor", "EventBridgeProcessor", "SQS_MAX_BYTES", "EVENTBRIDGE_MAX_BYTES"]
