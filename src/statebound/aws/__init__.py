@@ -25,6 +25,8 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
     raise ImportError("statebound.aws needs boto3: pip install 'statebound[aws]'") from exc
 
 from .eventbridge import EVENTBRIDGE_MAX_BYTES, EventBridgeProcessor
+from .lambda_ import LAMBDA_ASYNC_MAX_BYTES, LAMBDA_SYNC_MAX_BYTES, LambdaInvoker, LambdaProcessor
 from .sqs import SQS_MAX_BYTES, SQSProcessor
 
-__all__ = ["SQSProcessor", "EventBridgeProcessor", "SQS_MAX_BYTES", "EVENTBRIDGE_MAX_BYTES"]
+__all__ = ["SQSProcessor", "EventBridgeProcessor", "LambdaProcessor", "LambdaInvoker",
+           "SQS_MAX_BYTES", "EVENTBRIDGE_MAX_BYTES", "LAMBDA_ASYNC_MAX_BYTES", "LAMBDA_SYNC_MAX_BYTES"]
