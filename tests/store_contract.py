@@ -20,12 +20,55 @@ only assertions are on the :class:`~statebound.host.store.Store` methods' result
 from __future__ import annotations
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
-from statebound.exceptions import ConflictError
+from statebound.exceptions import ConflictError, InvalidInstanceId
 from statebound.host.store import (CLAIMED, DEAD, DONE, PENDING, Commit, PositionWrite, Store,
                                    TimerCompletion, TimerRef, TimerRow)
 
-__all__ = ["StoreContract", "create", "update", "delete", "timer", "put"]
+__all__ = ["StoreContract", "create", "update", "delete", "timer", "put", "hostile_ids",
+           "PORTABLE_ID_BYTES"]
+
+#: Every store keys any non-empty, valid-Unicode id up to this many UTF-8 bytes; a store
+#: may accept longer ones (SQLite, memory) or refuse them (DynamoDB's key limits).
+PORTABLE_ID_BYTES = 1_000
+
+# Names that internal records of some backend use or used, and pieces of key syntax.
+_RESERVED_LOOKING = ["lease#members", "lease#0", "lease#1", "lease#board", "sweep#0", "sweep#3",
+                     "cursor#0", "dead", "dead#0", "due#0", "0#0", "P", "T#00000000000000000001",
+                     "C", "L", "N#node", "meta", "schema_version"]
+_FRAGMENTS = ["#", "::", "lease#", "sweep#", "cursor#", "members", "N#", "T#", "P", "\x1f", "\x00",
+              "/", "%23", " ", "'", '"', ";", "--", "é", "€", "😀", "\u202e", "\ufeff"]
+
+
+def _of_bytes(target: int, char: str) -> str:
+    """An id of ``char`` repeated to as near ``target`` UTF-8 bytes as the width allows."""
+    return char * max(1, target // len(char.encode()))
+
+
+def hostile_ids() -> st.SearchStrategy[str]:
+    """Instance ids an attacker or an unlucky user could send: internal-looking names, key
+    syntax, unicode, control characters, lone surrogates, and lengths around the 1,000-,
+    1,024- and 2,048-byte edges."""
+    return st.one_of(
+        st.sampled_from(_RESERVED_LOOKING),
+        st.lists(st.one_of(st.sampled_from(_FRAGMENTS), st.text(max_size=4)), min_size=1,
+                 max_size=6).map("".join),
+        st.text(max_size=40),
+        st.text(st.characters(min_codepoint=0xD800, max_codepoint=0xDFFF), min_size=1, max_size=2),
+        st.builds(_of_bytes, st.one_of(st.integers(990, 1010), st.integers(1018, 1030),
+                                       st.integers(2040, 2052)),
+                  st.sampled_from(["x", "é", "€", "😀"])),
+    )
+
+
+def portable(instance_id: str) -> bool:
+    """Whether every store must accept this id (see :data:`PORTABLE_ID_BYTES`)."""
+    try:
+        return 0 < len(instance_id.encode()) <= PORTABLE_ID_BYTES
+    except UnicodeEncodeError:
+        return False
 
 
 def create(store, iid, *, blob=b"blob-1", status="running", timers=(), chart="chart",
@@ -450,3 +493,46 @@ class StoreContract:
         store.commit(Commit(complete=TimerCompletion(("a", 2), "fired")))
         assert keys(store.pending_timers("a")) == [("a", 1), ("a", 3)]
         assert store.pending_timers("nobody") == []
+
+    # ------------------------------------------------------------------ hostile ids
+
+    # one store per backend subclass: the differing executors are the point of a contract
+    @settings(max_examples=60, deadline=None,
+              suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.differing_executors])
+    @given(iid=hostile_ids())
+    def test_any_instance_id_works_or_is_refused_with_a_typed_error(self, store, iid):
+        """An id either goes through the whole life of an instance, leaving every other
+        record alone, or is refused with InvalidInstanceId before anything is written."""
+        if store.load("bystander") is None:
+            create(store, "bystander", timers_put=[timer("bystander", 1, 10**12)])
+        before = store.load("bystander")
+        try:
+            create(store, iid, timers_put=[timer(iid, 1, 10)])
+        except InvalidInstanceId as exc:
+            assert not portable(iid), f"{iid!r} is portable but was refused: {exc}"
+            assert exc.instance_id == iid
+            with pytest.raises(InvalidInstanceId):
+                store.load(iid)
+            assert store.claim_due(10, 10, "n1", 100) == []
+        else:
+            try:
+                rec = store.load(iid)
+                assert (rec.instance_id, rec.version, rec.blob) == (iid, 1, b"blob-1")
+                assert keys(store.pending_timers(iid)) == [(iid, 1)]
+                [claimed] = store.claim_due(10, 10, "n1", 100)
+                assert claimed.key == (iid, 1) and claimed.target_id == iid
+                store.release((iid, 1), "n1", error="boom", next_attempt_at_ms=20, dead=True)
+                assert [r.key for r in store.dead_timers() if r.instance_id == iid] == [(iid, 1)]
+                assert store.retry_timer((iid, 1), 10) is True
+                [again] = store.claim_due(10, 10, "n2", 100)
+                store.commit(Commit(writes=(update(iid, 1, blob=b"fired"),),
+                                    complete=TimerCompletion(again.key, "fired", node_id="n2")))
+                assert store.get_timer((iid, 1)).state == DONE
+                assert store.load(iid).blob == b"fired"
+            finally:
+                current = store.load(iid)
+                if current is not None:
+                    store.commit(Commit(writes=(delete(iid, current.version),)))
+            assert store.load(iid) is None and store.get_timer((iid, 1)) is None
+        assert store.load("bystander") == before
+        assert keys(store.pending_timers("bystander")) == [("bystander", 1)]

@@ -27,6 +27,7 @@ so a host can catch the whole family in one clause and still tell the cases apar
     └── StoreError                    anything a backend could not do
         ├── ConflictError             optimistic version check failed
         ├── ItemTooLarge              a position or commit over the backend's limit
+        ├── InvalidInstanceId         an id the backend cannot key (empty, unencodable, too long)
         └── StoreUnavailable          the backend failed (throttled past retries, I/O error)
 
 Errors raised by executable content inside a chart are *not* in this tree: the W3C
@@ -65,6 +66,7 @@ __all__ = [
     "StoreError",
     "ConflictError",
     "ItemTooLarge",
+    "InvalidInstanceId",
     "StoreUnavailable",
 ]
 
@@ -334,6 +336,27 @@ class ItemTooLarge(StoreError):
         self.size = size
         self.limit = limit
         super().__init__(message)
+
+
+class InvalidInstanceId(StoreError, ValueError):
+    """An instance id the backend cannot store as a key. Nothing was read or written.
+
+    Every store refuses an id that is not a non-empty string or is not valid Unicode (a
+    lone surrogate cannot be encoded as UTF-8); a backend with a key-size limit also
+    refuses ids over it (DynamoDB: ``statebound.dynamodb.MAX_INSTANCE_ID_BYTES``). It is
+    a ``ValueError`` too, so a caller validating input can treat it as bad input.
+
+    :ivar instance_id: the refused id (possibly not a string).
+    :ivar reason: why, in a few words.
+    """
+
+    def __init__(self, instance_id: object, reason: str) -> None:
+        self.instance_id = instance_id
+        self.reason = reason
+        shown = repr(instance_id)
+        if len(shown) > 80:
+            shown = shown[:77] + "..."
+        super().__init__(f"instance id {shown} cannot be stored: {reason}")
 
 
 class StoreUnavailable(StoreError):

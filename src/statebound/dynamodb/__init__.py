@@ -11,7 +11,7 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
 
 from ._codec import DEAD_INDEX, DUE_INDEX
 from .leases import ShardLeases
-from .store import MAX_ITEM_BYTES, MAX_TRANSACTION_ACTIONS, DynamoStore
+from .store import MAX_INSTANCE_ID_BYTES, MAX_ITEM_BYTES, MAX_TRANSACTION_ACTIONS, DynamoStore
 
 __all__ = ["DynamoStore", "ShardLeases", "DUE_INDEX", "DEAD_INDEX", "MAX_ITEM_BYTES",
-           "MAX_TRANSACTION_ACTIONS"]
+           "MAX_TRANSACTION_ACTIONS", "MAX_INSTANCE_ID_BYTES"]

@@ -12,8 +12,24 @@ One table, ``pk`` (S) + ``sk`` (S)::
     lease#<shard>      L              a shard lease (see leases.py)
     lease#members      N#<node id>    a sweeper node's membership heartbeat (see leases.py)
 
-The sort keys of reserved items (``C``, ``L``, ``N#``) never start with ``P`` or ``T#``,
-so even an instance named ``lease#3`` cannot collide with them.
+**Key spaces.** An instance id is any string :func:`check_id` accepts, so an instance
+may well be called ``lease#members`` or ``sweep#3`` and share a partition with internal
+items. What keeps them apart is the sort key: an instance's items have ``sk`` ``P`` or
+``T#<20 digits>`` and nothing else (:data:`INSTANCE_SKS`), internal items never do. Two
+rules follow, and every read in this package keeps them:
+
+* an internal item is read by its full key (``GetItem``, ``BatchGetItem``, a conditional
+  write), or by a ``Query`` whose key condition pins ``sk`` to its own prefix
+  (``begins_with(sk, "N#")``), never by ``pk`` alone;
+* a ``Query`` of an instance's partition pins ``sk`` to ``T#``.
+
+So no instance id, however hostile, can reach an internal item, and an internal item can
+never show up as an instance's data. No migration is involved: the keys are the ones
+0.1 wrote; only the reads were tightened.
+
+Ids are limited to :data:`MAX_INSTANCE_ID_BYTES` of UTF-8: DynamoDB allows 2,048 bytes in
+a partition key but only 1,024 in a sort key, and the dead index's sort key is the id plus
+a 21-byte suffix.
 
 Two sparse global secondary indexes, both projecting ALL attributes:
 
@@ -30,11 +46,11 @@ from typing import Any
 
 
 from ..exceptions import StoreError
-from ..host.store import (CLAIMED, DEAD, PENDING, PositionRecord, TimerKey, TimerRef, TimerRow, pack_field,
-                          unpack_field)
+from ..host.store import (CLAIMED, DEAD, PENDING, PositionRecord, TimerKey, TimerRef, TimerRow,
+                          check_instance_id, pack_field, unpack_field)
 
 __all__ = [
-    "POSITION_SK", "TIMER_PREFIX", "DUE_INDEX", "DEAD_INDEX", "DEAD_PARTITION",
+    "POSITION_SK", "TIMER_PREFIX", "INSTANCE_SKS", "MAX_INSTANCE_ID_BYTES", "check_id", "DUE_INDEX", "DEAD_INDEX", "DEAD_PARTITION",
     "timer_sk", "shard_of", "due_partition", "dead_sort_key", "position_item",
     "record_from_item", "timer_item", "row_from_item", "index_attributes",
     "item_size", "attr_size", "pack", "unpack", "S", "N", "B",
@@ -42,6 +58,8 @@ __all__ = [
 
 POSITION_SK = "P"
 TIMER_PREFIX = "T#"
+#: The sort-key prefixes of an instance's own items; internal items use none of them.
+INSTANCE_SKS = (POSITION_SK, TIMER_PREFIX)
 DUE_INDEX = "due-index"
 DEAD_INDEX = "dead-index"
 DEAD_PARTITION = "dead"
@@ -51,6 +69,14 @@ ORDINAL_WIDTH = 20
 #: Separates instance id and ordinal inside strings that must sort like the key tuple;
 #: a control character sorts below every printable one, so ``("a", 9)`` < ``("a#b", 0)``.
 KEY_SEPARATOR = "\x1f"
+#: Longest instance id (UTF-8 bytes) the table keys on: ``dead_sk`` is the id plus a
+#: separator and a 20-digit ordinal and must fit DynamoDB's 1,024-byte sort-key limit.
+MAX_INSTANCE_ID_BYTES = 1_000
+
+
+def check_id(instance_id: object) -> str:
+    """The id if this table layout can key on it, else :class:`~statebound.InvalidInstanceId`."""
+    return check_instance_id(instance_id, MAX_INSTANCE_ID_BYTES)
 
 
 # --------------------------------------------------------------------------- values

@@ -10,6 +10,10 @@ Items, in the statebound table::
     pk = "lease#<shard>"   sk = "L"              owner, expires_ms
     pk = "lease#members"   sk = "N#<node id>"    node, expires_ms   (membership heartbeat)
 
+An instance may be called ``lease#members`` too (ids are anyone's strings), so its position
+and timer items can share that partition; the membership query therefore pins the sort
+key to ``N#`` (see the key-space rules in ``_codec.py``).
+
 A node takes a shard with a conditional ``PutItem`` that succeeds only if the lease is
 free, expired, or already its own. Shards are divided by rendezvous on the sorted list
 of live members: with ``n`` live nodes, the node at index ``i`` prefers the shards
@@ -35,6 +39,7 @@ from ._errors import call
 __all__ = ["ShardLeases"]
 
 MEMBERS_PK = "lease#members"
+MEMBER_PREFIX = "N#"
 LEASE_SK = "L"
 
 # Named clauses of the lease conditions.
@@ -89,9 +94,10 @@ class ShardLeases:
         now = self.clock.now_ms()
         members: list[str] = []
         kwargs: dict[str, Any] = {
-            "KeyConditionExpression": "#pk = :members", "ConsistentRead": True,
-            "ExpressionAttributeNames": {"#pk": "pk"},
-            "ExpressionAttributeValues": {":members": S(MEMBERS_PK)}}
+            "KeyConditionExpression": "#pk = :members AND begins_with(#sk, :member)",
+            "ConsistentRead": True,
+            "ExpressionAttributeNames": {"#pk": "pk", "#sk": "sk"},
+            "ExpressionAttributeValues": {":members": S(MEMBERS_PK), ":member": S(MEMBER_PREFIX)}}
         while True:
             page = self._call("query", **kwargs)
             for item in page.get("Items", []):
@@ -110,7 +116,7 @@ class ShardLeases:
 
     # ------------------------------------------------------------------ writing
     def _heartbeat(self, expires: int) -> None:
-        self._call("put_item", Item={"pk": S(MEMBERS_PK), "sk": S(f"N#{self.node_id}"),
+        self._call("put_item", Item={"pk": S(MEMBERS_PK), "sk": S(MEMBER_PREFIX + self.node_id),
                                      "node": S(self.node_id), "expires_ms": N(expires)})
 
     def _lease_key(self, shard: int) -> dict[str, Any]:
@@ -183,7 +189,7 @@ class ShardLeases:
         self._held = set()
         self._valid_until = 0
         try:
-            self._call("delete_item", Key={"pk": S(MEMBERS_PK), "sk": S(f"N#{self.node_id}")},
+            self._call("delete_item", Key={"pk": S(MEMBERS_PK), "sk": S(MEMBER_PREFIX + self.node_id)},
                        ConditionExpression="#node = :me", ExpressionAttributeNames={"#node": "node"},
                        ExpressionAttributeValues={":me": S(self.node_id)})
         except ConflictError:

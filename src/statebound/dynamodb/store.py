@@ -80,12 +80,15 @@ from botocore.exceptions import ClientError
 
 from ..exceptions import ConflictError, ItemTooLarge, StoreError
 from ..host.store import (CLAIMED, DEAD, DONE, PENDING, Commit, PositionRecord, PositionWrite,
-                          TimerCompletion, TimerKey, TimerRow)
+                          TimerCompletion, TimerKey, TimerRow, commit_instance_ids)
 from . import _codec as codec
 from ._codec import N, S
 from ._errors import ActionInfo, call, error_code, map_dynamodb_errors
 
-__all__ = ["DynamoStore", "MAX_ITEM_BYTES", "MAX_TRANSACTION_ACTIONS", "MAX_TRANSACTION_BYTES"]
+__all__ = ["DynamoStore", "MAX_ITEM_BYTES", "MAX_TRANSACTION_ACTIONS", "MAX_TRANSACTION_BYTES",
+           "MAX_INSTANCE_ID_BYTES"]
+
+MAX_INSTANCE_ID_BYTES = codec.MAX_INSTANCE_ID_BYTES
 
 log = logging.getLogger(__name__)
 
@@ -361,6 +364,7 @@ class DynamoStore:
     # ------------------------------------------------------------------ positions
     def load(self, instance_id: str) -> PositionRecord | None:
         """Return the instance's record: one strongly consistent ``GetItem``."""
+        codec.check_id(instance_id)
         response = self._call("get_item", TableName=self.table_name,
                               Key=self._key(instance_id, codec.POSITION_SK), ConsistentRead=True)
         item = response.get("Item")
@@ -375,6 +379,8 @@ class DynamoStore:
         """
         if commit.empty:
             return
+        for instance_id in commit_instance_ids(commit):
+            codec.check_id(instance_id)
         seen: set[str] = set()
         for w in commit.writes:
             if w.instance_id in seen:
@@ -989,6 +995,7 @@ class DynamoStore:
 
     def pending_timers(self, instance_id: str) -> list[TimerRow]:
         """The instance's rows that are not done (pending, claimed or dead), by ordinal."""
+        codec.check_id(instance_id)
         rows = [codec.row_from_item(item) for item in self._pages(
             "query", ConsistentRead=True,
             KeyConditionExpression="#pk = :pk AND begins_with(#sk, :timers)",
@@ -1017,6 +1024,7 @@ class DynamoStore:
 
     def retry_timer(self, key: TimerKey, now_ms: int) -> bool:
         """Revive a dead row (pending, attempts reset, due ``now_ms``): one UpdateItem."""
+        codec.check_id(key[0])
         shard = self.shard_of(key)
         try:
             self._call(
@@ -1040,6 +1048,7 @@ class DynamoStore:
 
     def get_timer(self, key: TimerKey) -> TimerRow | None:
         """One row by key, in any state: one strongly consistent GetItem."""
+        codec.check_id(key[0])
         response = self._call("get_item", TableName=self.table_name, Key=self._timer_key(key),
                               ConsistentRead=True)
         item = response.get("Item")

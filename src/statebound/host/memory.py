@@ -12,7 +12,8 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from ..exceptions import ConflictError
-from .store import (CLAIMED, DEAD, DONE, PENDING, Commit, PositionRecord, TimerKey, TimerRow)
+from .store import (CLAIMED, DEAD, DONE, PENDING, Commit, PositionRecord, TimerKey, TimerRow, check_instance_id,
+                    commit_instance_ids)
 
 __all__ = ["MemoryStore"]
 
@@ -34,11 +35,14 @@ class MemoryStore:
     # -- positions -------------------------------------------------------------
     def load(self, instance_id: str) -> PositionRecord | None:
         """Return the record or ``None``."""
+        check_instance_id(instance_id)
         with self._lock:
             return self._positions.get(instance_id)
 
     def commit(self, commit: Commit) -> None:
         """Check every condition first, then apply everything; all or nothing."""
+        for iid in commit_instance_ids(commit):
+            check_instance_id(iid)
         with self._lock:
             for w in commit.writes:
                 cur = self._positions.get(w.instance_id)
@@ -127,6 +131,7 @@ class MemoryStore:
 
     def pending_timers(self, instance_id: str) -> list[TimerRow]:
         """Rows scheduled by ``instance_id`` that are not done."""
+        check_instance_id(instance_id)
         with self._lock:
             return sorted((r for r in self._timers.values()
                            if r.instance_id == instance_id and r.state != DONE),
@@ -140,6 +145,7 @@ class MemoryStore:
 
     def retry_timer(self, key: TimerKey, now_ms: int) -> bool:
         """Revive a dead row, due now."""
+        check_instance_id(key[0])
         with self._lock:
             row = self._timers.get(key)
             if row is None or row.state != DEAD:
@@ -150,6 +156,7 @@ class MemoryStore:
 
     def get_timer(self, key: TimerKey) -> TimerRow | None:
         """One row by key."""
+        check_instance_id(key[0])
         with self._lock:
             return self._timers.get(key)
 

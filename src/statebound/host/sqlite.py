@@ -39,7 +39,7 @@ from typing import Any
 
 from ..exceptions import ConflictError, StoreError, StoreUnavailable
 from .store import (CLAIMED, DEAD, DONE, PENDING, Commit, PositionRecord, PositionWrite, TimerKey,
-                    TimerRef, TimerRow, pack_field,
+                    TimerRef, TimerRow, check_instance_id, commit_instance_ids, pack_field,
                     unpack_field)
 
 __all__ = ["SQLiteStore", "SCHEMA_VERSION"]
@@ -417,6 +417,7 @@ class SQLiteStore:
     def load(self, instance_id: str) -> PositionRecord | None:
         """Return the instance's record, or ``None``. Sees every commit acknowledged so far,
         by any process."""
+        check_instance_id(instance_id)
         with self._read():
             r = self._execute(
                 "SELECT instance_id, chart, version, blob, status, timers, parent "
@@ -439,6 +440,8 @@ class SQLiteStore:
         """
         if commit.empty:
             return
+        for instance_id in commit_instance_ids(commit):
+            check_instance_id(instance_id)
         # Encode before taking the write lock, so a bad value costs other writers nothing.
         writes = [(w, None if w.blob is None else _pack_refs(w.timers)) for w in commit.writes]
         puts = [_timer_params(row) for row in commit.timers_put]
@@ -545,6 +548,7 @@ class SQLiteStore:
     def pending_timers(self, instance_id: str) -> list[TimerRow]:
         """The rows scheduled by ``instance_id`` that are not done (pending, claimed or
         dead), by ordinal."""
+        check_instance_id(instance_id)
         with self._read():
             rows = self._execute(
                 f"SELECT {_TIMER_COLS} FROM timers WHERE instance_id = ? AND state != '{DONE}' "
@@ -564,12 +568,14 @@ class SQLiteStore:
     def retry_timer(self, key: TimerKey, now_ms: int) -> bool:
         """Revive a dead row: pending, attempts reset, due at ``now_ms``. Returns whether a
         dead row was found."""
+        check_instance_id(key[0])
         with self._write():
             n = self._execute(_SQL_RETRY, (now_ms, now_ms, key[0], key[1])).rowcount
         return n == 1
 
     def get_timer(self, key: TimerKey) -> TimerRow | None:
         """One row by key, in any state (done rows included while they are kept)."""
+        check_instance_id(key[0])
         with self._read():
             r = self._execute(f"SELECT {_TIMER_COLS} FROM timers WHERE instance_id = ? AND "
                               "ordinal = ?", key).fetchone()

@@ -18,6 +18,12 @@ and writes nothing; the host reloads and retries.
 Backends live one per file: ``host/memory.py``, ``host/sqlite.py``, ``dynamodb/store.py``.
 Each must raise only :mod:`statebound.exceptions` errors (translate driver errors at the
 boundary), so the host never imports a driver.
+
+Instance ids are data from outside (an HTTP path, a CLI argument), so every backend checks
+them with :func:`check_instance_id` before using one as a key: an id it cannot store is
+refused with :class:`~statebound.InvalidInstanceId`, and any other string works, whatever
+it looks like. A backend that keeps internal records (leases, cursors) must keep them
+where no instance id can reach them.
 """
 
 from __future__ import annotations
@@ -28,13 +34,35 @@ from typing import Any, Protocol, runtime_checkable
 
 import msgpack
 
-from ..exceptions import SerializationError, StoreError
+from ..exceptions import InvalidInstanceId, SerializationError, StoreError
 
 __all__ = [
     "TimerRef", "PositionRecord", "TimerRow", "TimerKey", "PositionWrite",
-    "TimerCompletion", "Commit", "Store", "pack_field", "unpack_field",
+    "TimerCompletion", "Commit", "Store", "pack_field", "unpack_field", "check_instance_id",
+    "commit_instance_ids",
     "PENDING", "CLAIMED", "DEAD", "DONE",
 ]
+
+
+def check_instance_id(instance_id: object, max_bytes: int | None = None) -> str:
+    """Return ``instance_id`` if a backend can key on it, else raise.
+
+    :param max_bytes: the backend's limit on the id's UTF-8 length, if it has one.
+    :raises InvalidInstanceId: not a string, empty, not encodable as UTF-8 (a lone
+        surrogate), or longer than ``max_bytes``.
+    """
+    if not isinstance(instance_id, str):
+        raise InvalidInstanceId(instance_id, f"it is a {type(instance_id).__name__}, not a string")
+    if not instance_id:
+        raise InvalidInstanceId(instance_id, "it is empty")
+    try:
+        size = len(instance_id.encode("utf-8"))
+    except UnicodeEncodeError as exc:
+        raise InvalidInstanceId(instance_id, f"it is not valid Unicode ({exc.reason} at {exc.start})") from None
+    if max_bytes is not None and size > max_bytes:
+        raise InvalidInstanceId(instance_id, f"it is {size:,} bytes in UTF-8; this store keys at most {max_bytes:,}")
+    return instance_id
+
 
 def pack_field(value: Any, what: str) -> bytes:
     """Encode a row field (event, dedup fields, caller context, refs) for a backend.
@@ -249,3 +277,14 @@ class Store(Protocol):
     def get_timer(self, key: TimerKey) -> TimerRow | None:
         """One row by key, in whatever state (done rows included while they are kept)."""
         ...
+
+
+def commit_instance_ids(commit: Commit) -> set[str]:
+    """Every instance id a commit keys on: positions written and timer rows put, deleted
+    or completed (so a backend can check them all before it writes anything)."""
+    ids = {w.instance_id for w in commit.writes}
+    ids.update(row.instance_id for row in commit.timers_put)
+    ids.update(key[0] for key in commit.timers_delete)
+    if commit.complete is not None:
+        ids.add(commit.complete.key[0])
+    return ids
