@@ -8,7 +8,9 @@ chart layer does not know the datamodel's language.
 
 from __future__ import annotations
 
+import functools
 import hashlib
+import importlib.util
 import json
 import os
 import re
@@ -616,9 +618,9 @@ def _text_value(text: str) -> Any:
         return " ".join(s.split())
 
 
+@functools.cache
 def _ecmascript_available() -> bool:
     """Whether the ``ecmascript`` extra (the ``quickjs`` module of quickjs-ng) is installed."""
-    import importlib.util
     try:
         return importlib.util.find_spec("quickjs") is not None
     except (ImportError, ValueError):
