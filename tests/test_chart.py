@@ -752,3 +752,27 @@ def test_null_datamodel_expression_is_error_execution():
     pos, effects = sb.Interpreter(c).start()
     assert pos.configuration == {"b"}
     assert not any(isinstance(e, sb.effects.Log) for e in effects)
+
+
+# --------------------------------------------------------------------------- trust keyword
+
+def test_trust_is_trusted_by_default_and_part_of_the_identity():
+    text = doc('<state id="s"/>', 'datamodel="null"')
+    trusted = sb.Chart.from_scxml(text)
+    untrusted = sb.Chart.from_scxml(text, trust="untrusted")
+    assert trusted.trust == "trusted" and untrusted.trust == "untrusted"
+    assert trusted.identity == sb.Chart.from_scxml(text, trust="trusted").identity
+    assert untrusted.identity != trusted.identity  # a blob written untrusted never loads trusted
+
+
+@pytest.mark.parametrize("bad", ["Untrusted", "", None, True, "none"])
+def test_an_unknown_trust_level_is_refused(bad):
+    with pytest.raises(ValueError, match="trust must be"):
+        sb.Chart.from_scxml(doc('<state id="s"/>'), trust=bad)
+
+
+def test_an_untrusted_chart_may_not_use_the_python_datamodel_even_by_default():
+    for attrs in ("", 'datamodel="python"'):
+        with pytest.raises(sb.ChartPolicyError, match="untrusted chart may use only") as info:
+            sb.Chart.from_scxml(doc('<state id="s"/>', attrs), trust="untrusted")
+        assert isinstance(info.value, sb.ChartValidationError)

@@ -7,6 +7,7 @@ so a host can catch the whole family in one clause and still tell the cases apar
     ├── ChartError                    the SCXML could not become a Chart
     │   ├── ChartSyntaxError          malformed or hostile XML (line, column)
     │   └── ChartValidationError      a well-formed document that breaks the rules (all problems)
+    │       └── ChartPolicyError      ... or the load policy: src containment, trust (docs/security.md)
     ├── EvaluationError               an expression failed (internal: becomes error.execution)
     ├── NotRunning                    drive/send on a halted position or instance
     ├── BudgetExceeded                start() did not settle within max_rounds
@@ -45,6 +46,7 @@ __all__ = [
     "ChartError",
     "ChartSyntaxError",
     "ChartValidationError",
+    "ChartPolicyError",
     "Problem",
     "EvaluationError",
     "NotRunning",
@@ -133,6 +135,17 @@ class ChartValidationError(ChartError):
         head = f"{source}: " if source else ""
         lines = "\n".join(f"  - {p}" for p in self.problems)
         super().__init__(f"{head}{len(self.problems)} problem(s) in chart:\n{lines}")
+
+
+class ChartPolicyError(ChartValidationError):
+    """The chart breaks the policy it was loaded under (see ``docs/security.md``).
+
+    A ``src`` that leaves the chart's base directory (or the allowed directories), names
+    something other than a regular file, or is over the size limit; a datamodel that an
+    untrusted chart may not use; a load that reads or compiles more than one load may.
+    Raised at load time, listing every problem like its parent class; at run time (a
+    ``srcexpr`` or ``<content expr>`` child) the same refusal becomes ``error.execution``.
+    """
 
 
 # --------------------------------------------------------------------------- running

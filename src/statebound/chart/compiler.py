@@ -8,7 +8,9 @@ chart layer does not know the datamodel's language.
 
 from __future__ import annotations
 
+import functools
 import hashlib
+import importlib.util
 import json
 import os
 import re
@@ -17,13 +19,16 @@ from datetime import datetime, UTC
 from pathlib import Path
 from typing import Any
 
-from ..exceptions import ChartError, ChartSyntaxError, ChartValidationError, Problem
+from ..exceptions import ChartError, ChartPolicyError, ChartSyntaxError, ChartValidationError, Problem
 from .model import (Action, Assign, CancelAction, Chart, DataSpec, DoneData, Expr, Foreach, If,
                     InvokeSpec, LogAction, Param, Raise, Script, SendAction, StateNode, TimeoutSpec,
                     Transition)
-from .xml import SB_NS, SCXML_NS, El, parse_xml, serialize
+from .trust import (MAX_LOADED_CHARTS, TRUSTED, UNTRUSTED, UNTRUSTED_DATAMODELS, LoadBudget, check_trust,
+                    read_file, read_src, roots_for)
+from .xml import MAX_ELEMENTS, SB_NS, SCXML_NS, El, parse_xml, serialize
 
-__all__ = ["compile_chart", "compile_file", "parse_duration", "SUPPORTED_DATAMODELS"]
+__all__ = ["compile_chart", "compile_file", "compile_src_child", "compile_content_child", "parse_duration",
+           "SUPPORTED_DATAMODELS"]
 
 SUPPORTED_DATAMODELS = ("python", "null")
 _STATE_TAGS = ("state", "parallel", "final", "history")
@@ -70,10 +75,14 @@ def _canonical(el: El) -> list[Any]:
 
 class _Compiler:
     def __init__(self, root: El, name: str | None, version: str | None, base_path: str | None,
-                 source: str | None, depth: int = 0) -> None:
+                 source: str | None, depth: int, trust: str, roots: tuple[str, ...], budget: LoadBudget) -> None:
         self.root = root
         self.source = source
         self.base_path = base_path
+        self.trust = trust
+        self.roots = roots
+        self.budget = budget
+        self.policy_broken = False           # a problem is a policy refusal: raise ChartPolicyError
         self.problems: list[Problem] = []
         self.exprs: list[Expr] = []
         self.states: list[dict[str, Any]] = []
@@ -107,20 +116,21 @@ class _Compiler:
         elif required and not present:
             self.problem(el, f"<{el.tag}> needs one of {', '.join(attrs)}")
 
-    def read_src(self, el: El, src: str) -> str | None:
-        """Read a local ``src`` file beside the chart; never fetch over a network."""
-        path = src[5:] if src.startswith("file:") else src
-        if re.match(r"^[a-zA-Z][a-zA-Z0-9+.\-]*://", src) and not src.startswith("file:"):
-            return None
-        p = Path(path)
-        if not p.is_absolute():
-            p = Path(self.base_path or ".") / p
+    def read_src(self, el: El, src: str) -> tuple[str, str] | None:
+        """``(real path, text)`` of a ``src`` inside the chart's roots; ``None`` if it is missing.
+
+        A refusal (containment, file type, size) is a policy problem of this chart.
+        """
         try:
-            data = p.read_text(encoding="utf-8")
-        except OSError:
+            got = read_src(src, self.base_path, self.roots, self.budget)
+        except ChartPolicyError as exc:
+            self.policy_broken = True
+            for p in exc.problems:
+                self.problem(el, p.message)
             return None
-        self.external.append(hashlib.sha256(data.encode()).hexdigest())
-        return data
+        if got is not None:
+            self.external.append(hashlib.sha256(got[1].encode()).hexdigest())
+        return got
 
     # -- pass 1: states ------------------------------------------------------------
     def number(self) -> None:
@@ -303,11 +313,10 @@ class _Compiler:
         if "src" in el.attrib:
             if code:
                 self.problem(el, "<script> may not have both src and a body")
-            data = self.read_src(el, el.attrib["src"])
-            if data is None:
+            got = self.read_src(el, el.attrib["src"])
+            if got is None:
                 self.problem(el, f"<script src={el.attrib['src']!r}> could not be loaded")
-                data = ""
-            code = _normalise_text(data)
+            code = _normalise_text(got[1] if got is not None else "")
         return Script(ci, self.expr(code, "script", el))
 
     # -- pass 2: per-state structure -------------------------------------------------
@@ -503,8 +512,8 @@ class _Compiler:
         value: Any = None
         has_value = False
         if "src" in el.attrib:
-            txt = self.read_src(el, el.attrib["src"])
-            value = ("error", f"could not load {el.attrib['src']!r}") if txt is None else _text_value(txt)
+            got = self.read_src(el, el.attrib["src"])
+            value = ("error", f"could not load {el.attrib['src']!r}") if got is None else _text_value(got[1])
             has_value = True
         elif body:
             value = self.content_value(el)[1]
@@ -535,35 +544,43 @@ class _Compiler:
                 chart = self.subchart(content[1], sub_name, el)
                 content = None
         src = el.attrib.get("src")
-        if src is not None:
-            txt = self.read_src(el, src)
-            if txt is not None:
-                chart = self.subchart_text(txt, sub_name, el, src)
+        if src is not None and self.depth > 8:
+            self.problem(el, "invoked charts nested too deeply")
+        elif src is not None and self.budget.charts_left <= 0:  # read nothing more
+            self.policy_broken = True
+            self.problem(el, f"the load has compiled its {MAX_LOADED_CHARTS} charts")
+        elif src is not None:
+            got = self.read_src(el, src)
+            if got is not None:
+                chart = self.subchart_text(got[1], sub_name, el, src, os.path.dirname(got[0]))
         return InvokeSpec(self.el_index[id(el)], state, el.attrib.get("type"), self.opt_expr(el, "typeexpr"),
                           src, self.opt_expr(el, "srcexpr"), el.attrib.get("id"),
                           self.opt_expr(el, "idlocation", "location"), self.namelist(el), self.params(el),
                           el.attrib.get("autoforward", "false") == "true", content, chart,
                           self.block(fins[0]) if fins else ())
 
-    def subchart(self, el: El, name: str, at: El) -> Chart | None:
+    def subchart(self, el: El, name: str, at: El, base_path: str | None = None) -> Chart | None:
         if self.depth > 8:
             self.problem(at, "invoked charts nested too deeply")
             return None
         try:
-            c = _compile_root(el, name, self.version, self.base_path, self.source, self.depth + 1)
+            c = _compile_root(el, name, self.version, base_path or self.base_path, self.source, self.depth + 1,
+                              self.trust, self.roots, self.budget)
         except ChartError as exc:
-            self.problem(at, f"invoked chart is invalid: {exc}")
+            self.policy_broken = self.policy_broken or isinstance(exc, ChartPolicyError)
+            self.problem(at, f"invoked chart is invalid: {_brief(exc)}")
             return None
         self.subcharts.append(c)
         return c
 
-    def subchart_text(self, text: str, name: str, at: El, src: str) -> Chart | None:
+    def subchart_text(self, text: str, name: str, at: El, src: str, base_path: str) -> Chart | None:
         try:
-            root = parse_xml(text, source=src)
+            root = _parse(text, src, self.budget)
         except ChartSyntaxError as exc:
+            self.policy_broken = self.policy_broken or isinstance(exc, _LoadTooBig)
             self.problem(at, f"invoked chart {src!r} is not well-formed: {exc}")
             return None
-        return self.subchart(root, name, at)
+        return self.subchart(root, name, at, base_path)
 
     def timeout(self, el: El, state: int, seen: list[TimeoutSpec]) -> TimeoutSpec:
         ci = self.el_index[id(el)]
@@ -595,6 +612,15 @@ class _Compiler:
                            data=self.opt_expr(el, "data"), **spec)
 
 
+def _brief(exc: ChartError) -> str:
+    """A child's error, short: nested children would otherwise repeat every message at every level."""
+    problems = getattr(exc, "problems", None)
+    if not problems:
+        return str(exc)[:500]
+    more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+    return str(problems[0])[:500] + more
+
+
 def _norm_descriptor(tok: str) -> str:
     if tok == ".*":  # the W3C suite writes the wildcard this way too
         return "*"
@@ -612,34 +638,71 @@ def _text_value(text: str) -> Any:
         return None
     try:
         return json.loads(s)
-    except ValueError:
+    except (ValueError, RecursionError):  # nested past the recursion limit: not usable JSON
         return " ".join(s.split())
 
 
+@functools.cache
 def _ecmascript_available() -> bool:
     """Whether the ``ecmascript`` extra (the ``quickjs`` module of quickjs-ng) is installed."""
-    import importlib.util
     try:
         return importlib.util.find_spec("quickjs") is not None
     except (ImportError, ValueError):
         return False
 
 
+class _LoadTooBig(ChartSyntaxError):
+    """Internal: a document took the load over its element budget (a policy refusal)."""
+
+
+def _parse(text: str | bytes, source: str | None, budget: LoadBudget) -> El:
+    """Parse one document of a load, charging its elements to the load's budget."""
+    if budget.elements_left <= 0:
+        raise _LoadTooBig(f"the load has compiled its {MAX_ELEMENTS} elements", source=source)
+    try:
+        root = parse_xml(text, source=source, max_elements=budget.elements_left)
+    except ChartSyntaxError as exc:
+        if budget.elements_left < MAX_ELEMENTS and "more than" in str(exc) and "elements" in str(exc):
+            raise _LoadTooBig(f"the load has compiled its {MAX_ELEMENTS} elements", source=source) from None
+        raise
+    budget.elements_left -= _count(root)
+    return root
+
+
+def _count(el: El) -> int:
+    n = 0
+    todo = [el]
+    while todo:
+        e = todo.pop()
+        n += 1
+        todo.extend(e.children)
+    return n
+
+
 def _compile_root(root: El, name: str | None, version: str | None, base_path: str | None,
-                  source: str | None, depth: int = 0) -> Chart:
+                  source: str | None, depth: int, trust: str, roots: tuple[str, ...],
+                  budget: LoadBudget) -> Chart:
     if root.ns != SCXML_NS or root.tag != "scxml":
         raise ChartValidationError([Problem(
             f"root element must be <scxml> in namespace {SCXML_NS}, found <{root.tag}>"
             + (f" in {root.ns!r}" if root.ns else " without a namespace"), root.line, root.column, root.tag)],
             source)
+    if not budget.take_chart():
+        raise ChartPolicyError([Problem(f"the load has compiled its {MAX_LOADED_CHARTS} charts",
+                                        root.line, root.column, root.tag)], source)
     dm = root.attrib.get("datamodel", "python")
+    if trust == UNTRUSTED and dm not in UNTRUSTED_DATAMODELS:
+        raise ChartPolicyError([Problem(
+            f"an untrusted chart may use only the {' or '.join(UNTRUSTED_DATAMODELS)} datamodel, not {dm!r}"
+            + (" (the default: write datamodel=\"ecmascript\")" if "datamodel" not in root.attrib else ""),
+            root.line, root.column, root.tag)], source)
     if dm == "ecmascript" and not _ecmascript_available():
         raise ChartError("datamodel='ecmascript' needs the QuickJS binding: pip install 'statebound[ecmascript]'")
     if dm not in SUPPORTED_DATAMODELS and dm != "ecmascript":
         raise ChartError(f"unknown datamodel {dm!r} (supported: {', '.join(SUPPORTED_DATAMODELS)}, "
                          "ecmascript with the extra)")
     name = name or root.attrib.get("name") or "chart"
-    c = _Compiler(root, name, version, base_path, source, depth)
+    c = _Compiler(root, name, version, base_path, source, depth, trust, roots, budget)
     binding = root.attrib.get("binding", "early")
     if binding not in ("early", "late"):
         c.problem(root, f"binding must be 'early' or 'late', not {binding!r}")
@@ -654,30 +717,63 @@ def _compile_root(root: El, name: str | None, version: str | None, base_path: st
                 c.problems.append(Problem(f"duplicate <data id={d.id!r}>", d.line, None, "data"))
             seen_data[d.id] = n.index
     if c.problems:
-        raise ChartValidationError(c.problems, source)
+        raise (ChartPolicyError if c.policy_broken else ChartValidationError)(c.problems, source)
     digest = hashlib.sha256()
-    digest.update(json.dumps([_canonical(root), c.external], separators=(",", ":"),
-                             ensure_ascii=False).encode())
+    # The trust level is part of what the chart *is*: a position written under an untrusted
+    # chart never loads against the same text trusted (trusted identities stay as they were).
+    identity_input: list[Any] = [_canonical(root), c.external]
+    if trust == UNTRUSTED:
+        identity_input.append(UNTRUSTED)
+    digest.update(json.dumps(identity_input, separators=(",", ":"), ensure_ascii=False).encode())
     return Chart(name=name, version=version, identity="sha256:" + digest.hexdigest(), datamodel=dm,
                  binding=binding, states=tuple(nodes), transitions=tuple(c.transitions),
                  expressions=tuple(c.exprs), script=script, base_path=base_path,
-                 subcharts=tuple(c.subcharts), _by_id=dict(c.by_id))
+                 subcharts=tuple(c.subcharts), trust=trust, src_roots=roots, _by_id=dict(c.by_id))
 
 
 def compile_chart(text: str | bytes, name: str | None = None, version: str | None = None,
-                  base_path: str | None = None, source: str | None = None) -> Chart:
+                  base_path: str | None = None, source: str | None = None, *, trust: str = TRUSTED,
+                  allow_dirs: Any = ()) -> Chart:
     """Parse, validate and compile SCXML text (see :meth:`Chart.from_scxml`)."""
-    root = parse_xml(text, source=source)
-    return _compile_root(root, name, version, base_path, source)
+    check_trust(trust)
+    roots = roots_for(base_path, allow_dirs)
+    budget = LoadBudget()
+    return _compile_root(_parse(text, source, budget), name, version, base_path, source, 0, trust, roots, budget)
 
 
-def compile_file(path: Any, name: str | None = None, version: str | None = None) -> Chart:
+def compile_file(path: Any, name: str | None = None, version: str | None = None, *, trust: str = TRUSTED,
+                 allow_dirs: Any = ()) -> Chart:
     """Read and compile an SCXML file (see :meth:`Chart.from_file`)."""
+    check_trust(trust)
     p = Path(os.fspath(path))
-    try:
-        text = p.read_bytes()
-    except OSError as exc:
-        raise ChartError(f"cannot read chart {str(p)!r}: {exc.strerror or exc}") from None
-    root = parse_xml(text, source=str(p))
-    return _compile_root(root, name or root.attrib.get("name") or p.stem, version, str(p.parent.resolve()),
-                         str(p))
+    text = read_file(str(p))
+    base = str(p.parent.resolve())
+    budget = LoadBudget()
+    root = _parse(text, str(p), budget)
+    return _compile_root(root, name or root.attrib.get("name") or p.stem, version, base, str(p), 0, trust,
+                         roots_for(base, allow_dirs), budget)
+
+
+def compile_src_child(parent: Chart, src: str, name: str) -> Chart:
+    """The chart an ``<invoke src|srcexpr>`` of ``parent`` names, loaded under ``parent``'s policy.
+
+    It resolves against ``parent``'s base directory, inside ``parent``'s roots, and is as
+    trusted as ``parent``.
+
+    :raises ChartPolicyError: the src is refused.
+    :raises ChartError: the file does not exist, or is not a valid chart.
+    """
+    budget = LoadBudget()
+    got = read_src(src, parent.base_path, parent.src_roots, budget)
+    if got is None:
+        raise ChartError(f"<invoke src={src!r}>: no such file")
+    root = _parse(got[1], src, budget)
+    return _compile_root(root, name, None, os.path.dirname(got[0]), src, 0, parent.trust, parent.src_roots,
+                         budget)
+
+
+def compile_content_child(parent: Chart, text: str, name: str) -> Chart:
+    """The chart an ``<invoke><content expr>`` of ``parent`` evaluated to, under ``parent``'s policy."""
+    budget = LoadBudget()
+    return _compile_root(_parse(text, None, budget), name, None, parent.base_path, None, 0, parent.trust,
+                         parent.src_roots, budget)

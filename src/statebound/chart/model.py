@@ -246,6 +246,9 @@ class Chart:
     :ivar binding: ``"early"`` or ``"late"``.
     :ivar states: every state in document order; ``states[0]`` is the root.
     :ivar transitions: every transition in document order.
+    :ivar trust: ``"trusted"`` or ``"untrusted"`` (see ``docs/security.md``); an untrusted
+        chart's identity differs from the same document trusted.
+    :ivar src_roots: the real directories its ``src`` attributes may read under.
     """
 
     name: str
@@ -259,35 +262,45 @@ class Chart:
     script: Block                    # the top-level <script>, run at start
     base_path: str | None
     subcharts: tuple[Chart, ...] = ()
+    trust: str = "trusted"
+    src_roots: tuple[str, ...] = ()
     _by_id: Mapping[str, int] = field(default_factory=dict, repr=False)
     _caches: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     # constructors are attached in chart/__init__.py (to keep this module free of parsing)
     @classmethod
     def from_scxml(cls, text: str | bytes, name: str | None = None, version: str | None = None,
-                   base_path: str | None = None) -> Chart:
+                   base_path: str | None = None, *, trust: str = "trusted", allow_dirs: Any = ()) -> Chart:
         """Parse, validate and compile an SCXML document.
 
         :param text: the SCXML document.
         :param name: chart name; defaults to ``<scxml name>`` or ``"chart"``.
         :param version: a version label recorded in position blobs (not part of identity).
         :param base_path: directory that ``<invoke src>``, ``<data src>`` and ``<script src>``
-            resolve against.
+            resolve against; they may read inside its tree only. Without it, ``src`` is refused.
+        :param trust: ``"trusted"`` (the default) or ``"untrusted"``: an untrusted chart, and
+            every chart it reaches, may use only the ``ecmascript`` and ``null`` datamodels.
+        :param allow_dirs: more directories ``src`` may read under (for trusted callers who
+            keep shared files outside the chart's tree).
         :raises ChartSyntaxError: malformed or hostile XML, with line and column.
         :raises ChartValidationError: every validation problem at once.
+        :raises ChartPolicyError: a ``src`` or a datamodel the policy refuses (all problems).
         :raises ChartError: e.g. an unsupported datamodel.
         """
         from .compiler import compile_chart
-        return compile_chart(text, name=name, version=version, base_path=base_path)
+        return compile_chart(text, name=name, version=version, base_path=base_path, trust=trust,
+                             allow_dirs=allow_dirs)
 
     @classmethod
-    def from_file(cls, path: Any, name: str | None = None, version: str | None = None) -> Chart:
+    def from_file(cls, path: Any, name: str | None = None, version: str | None = None, *,
+                  trust: str = "trusted", allow_dirs: Any = ()) -> Chart:
         """Read and compile an SCXML file; relative ``src`` attributes resolve beside it.
 
-        The name defaults to ``<scxml name>`` or the file's stem.
+        The name defaults to ``<scxml name>`` or the file's stem. ``src`` may read inside
+        the file's directory tree (and ``allow_dirs``); ``trust`` is as for :meth:`from_scxml`.
         """
         from .compiler import compile_file
-        return compile_file(path, name=name, version=version)
+        return compile_file(path, name=name, version=version, trust=trust, allow_dirs=allow_dirs)
 
     def state(self, id: str) -> StateNode:
         """Return the state with this id.

@@ -13,12 +13,15 @@ from dataclasses import dataclass, field
 
 from ..exceptions import ChartSyntaxError
 
-__all__ = ["El", "parse_xml", "serialize", "SCXML_NS", "SB_NS", "MAX_DOCUMENT_BYTES"]
+__all__ = ["El", "parse_xml", "serialize", "SCXML_NS", "SB_NS", "MAX_DOCUMENT_BYTES", "MAX_ELEMENTS"]
 
 SCXML_NS = "http://www.w3.org/2005/07/scxml"
 SB_NS = "urn:statebound"
 #: Documents above this size are refused before parsing (a chart is not a data set).
 MAX_DOCUMENT_BYTES = 8 * 1024 * 1024
+#: Elements one document may hold. Bytes alone do not bound a load: 8 MiB of ``<s/>`` is two
+#: million elements, gigabytes once compiled. Real charts have thousands at most.
+MAX_ELEMENTS = 100_000
 _MAX_DEPTH = 200
 
 
@@ -57,9 +60,10 @@ def _split(name: str) -> tuple[str, str]:
     return "", name
 
 
-def parse_xml(text: str | bytes, source: str | None = None) -> El:
+def parse_xml(text: str | bytes, source: str | None = None, max_elements: int = MAX_ELEMENTS) -> El:
     """Parse ``text`` into an :class:`El` tree, refusing DTDs, entities and oversized input.
 
+    :param max_elements: refuse the document past this many elements.
     :raises ChartSyntaxError: with line and column for any XML error.
     """
     if isinstance(text, str):
@@ -98,6 +102,7 @@ def parse_xml(text: str | bytes, source: str | None = None) -> El:
     root: list[El] = []
     stack: list[El] = []
     pending_ns: dict[str, str] = {}
+    count = [0]
 
     def start_ns(prefix: str | None, uri: str) -> None:
         pending_ns[prefix or ""] = uri
@@ -105,6 +110,10 @@ def parse_xml(text: str | bytes, source: str | None = None) -> El:
     def start(name: str, attrs: dict[str, str]) -> None:
         if len(stack) >= _MAX_DEPTH:
             raise ChartSyntaxError(f"elements nested deeper than {_MAX_DEPTH}", p.CurrentLineNumber,
+                                   p.CurrentColumnNumber + 1, source)
+        count[0] += 1
+        if count[0] > max_elements:
+            raise ChartSyntaxError(f"more than {max_elements} elements", p.CurrentLineNumber,
                                    p.CurrentColumnNumber + 1, source)
         ns, tag = _split(name)
         attrib = {}

@@ -1,13 +1,17 @@
-"""The ``python`` datamodel (the default).
+"""The ``python`` datamodel (the default), for trusted charts only.
 
 Expressions are Python expressions, ``<script>`` bodies are Python statements, and the
 variables live in one namespace per drive. Every expression of a chart is compiled once,
 when the chart is first prepared.
 
-Safety: builtins are an allow-list and any name or attribute starting with ``__`` (and
-the frame/code attributes used to escape sandboxes) is refused at compile time. That
-closes the well-known escapes, but Python's ``eval`` is **not** a security boundary:
-use this datamodel for charts your team writes. Event data is never evaluated.
+Safety: builtins are an allow-list (``getattr``/``hasattr`` take real ``str`` names only,
+``type`` cannot build classes) and any name or attribute starting with ``__`` (and the
+frame/code attributes used to escape sandboxes) is refused at compile time, as are
+``str.format`` fields that reach into objects, ``import``, ``class``, ``with``, ``finally``
+and ``except`` clauses naming anything but a built-in exception class. That closes the
+known escapes, but Python's ``eval`` is **not** a security boundary: a chart loaded with
+``trust="untrusted"`` may not use this datamodel at all (``docs/security.md``). Event data
+is never evaluated.
 """
 
 from __future__ import annotations
@@ -30,17 +34,23 @@ _FORBIDDEN_ATTRS = frozenset({
     "f_builtins", "f_back", "f_code", "tb_frame", "tb_next", "co_code", "func_globals", "mro",
     "format_map",
 })
+#: The exception classes a ``<script>`` may name in ``except``. Handlers are rewritten to
+#: reach them under a dunder alias no chart can rebind (see :func:`_rewrite_handlers`).
+_EXCEPTIONS = tuple(n for n in _ALLOWED if n.endswith("Error") or n == "Exception")
+_ALIAS = "__sb_exc_"
 
 
 def _refused(name: object) -> bool:
-    # "format" too: reached through getattr, the template is never checked (see _format_fields)
-    return isinstance(name, str) and (name.startswith("_") or name in _FORBIDDEN_ATTRS or name == "format")
+    # Only a real str is a name: a str subclass could answer startswith() and == as it likes.
+    # "format" too: reached through getattr, the template is never checked (see _format_fields).
+    return type(name) is not str or name.startswith("_") or name in _FORBIDDEN_ATTRS or name == "format"
 
 
 def _safe_getattr(obj: Any, name: str, *default: Any) -> Any:
     """``getattr`` that refuses the names the compile-time check refuses (no string escapes)."""
     if _refused(name):
-        raise AttributeError(f"attribute {name!r} is not allowed")
+        raise AttributeError(f"attribute {name!r} is not allowed" if type(name) is str
+                             else f"an attribute name must be a str, not {type(name).__name__}")
     return getattr(obj, name, *default)
 
 
@@ -49,22 +59,69 @@ def _safe_hasattr(obj: Any, name: str) -> bool:
     return not _refused(name) and hasattr(obj, name)
 
 
+def _safe_type(obj: Any, *more: Any) -> type:
+    """``type(x)``; the three-argument form would let a chart build classes with hooks of its own."""
+    if more:
+        raise TypeError("type() may not create classes in a chart")
+    return type(obj)
+
+
 #: The builtins expressions may use.
 SAFE_BUILTINS: dict[str, Any] = {n: getattr(builtins, n) for n in _ALLOWED}
 SAFE_BUILTINS["getattr"] = _safe_getattr
 SAFE_BUILTINS["hasattr"] = _safe_hasattr
+SAFE_BUILTINS["type"] = _safe_type
+SAFE_BUILTINS.update({_ALIAS + n: getattr(builtins, n) for n in _EXCEPTIONS})
+
+# Statements a chart has no use for, each of which would run chart code while an exception
+# (the CPU budget's, see budget.py) unwinds: finally blocks, context managers, except*.
+_REFUSED_NODES: dict[type, str] = {
+    ast.Import: "import", ast.ImportFrom: "import", ast.Global: "global", ast.Nonlocal: "nonlocal",
+    ast.With: "with", ast.AsyncWith: "async with", ast.AsyncFor: "async for",
+    ast.AsyncFunctionDef: "async def", ast.Await: "await", ast.ClassDef: "class",
+}
+if hasattr(ast, "TryStar"):
+    _REFUSED_NODES[ast.TryStar] = "except*"
+
+
+def _bound_names(node: ast.AST) -> list[str]:
+    """Identifiers a node binds (or deletes) other than through an ``ast.Name``."""
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        return [node.name]
+    if isinstance(node, ast.arg):
+        return [node.arg]
+    if isinstance(node, ast.ExceptHandler):
+        return [node.name] if node.name else []
+    if isinstance(node, (ast.MatchAs, ast.MatchStar)):
+        return [node.name] if node.name else []
+    if isinstance(node, ast.MatchMapping):
+        return [node.rest] if node.rest else []
+    return []
 
 
 def _check_safe(tree: ast.AST) -> str | None:
     for node in ast.walk(tree):
+        refused = _REFUSED_NODES.get(type(node))
+        if refused is not None:
+            return f"{refused} is not allowed"
         if isinstance(node, ast.Name) and node.id.startswith("__"):
             return f"name {node.id!r} is not allowed"
         if isinstance(node, ast.Attribute) and (node.attr.startswith("_") or node.attr in _FORBIDDEN_ATTRS):
             return f"attribute {node.attr!r} is not allowed"
-        if isinstance(node, (ast.Import, ast.ImportFrom)):
-            return "import is not allowed"
-        if isinstance(node, (ast.Global, ast.Nonlocal)):
-            return "global/nonlocal is not allowed"
+        if isinstance(node, ast.MatchClass):  # case C(attr=...) reads attributes by name
+            for attr in node.kwd_attrs:
+                if attr.startswith("_") or attr in _FORBIDDEN_ATTRS:
+                    return f"attribute {attr!r} is not allowed"
+        for bound in _bound_names(node):
+            if bound.startswith("__"):
+                return f"name {bound!r} is not allowed"
+        if isinstance(node, ast.Try):
+            if node.finalbody:
+                return "finally is not allowed"
+            for h in node.handlers:
+                bad = _handler_problem(h)
+                if bad:
+                    return bad
         if isinstance(node, ast.Attribute) and node.attr == "format":
             bad = _format_fields(node.value)
             if bad:
@@ -72,21 +129,60 @@ def _check_safe(tree: ast.AST) -> str | None:
     return None
 
 
+def _handler_problem(h: ast.ExceptHandler) -> str | None:
+    """A handler may name built-in exception classes only: a bare ``except:`` or a computed
+    class could swallow the CPU budget's exception, or replace it with a new one."""
+    names = h.type.elts if isinstance(h.type, ast.Tuple) else [h.type]
+    for n in names:
+        if not (isinstance(n, ast.Name) and n.id in _EXCEPTIONS):
+            return ("a bare except is not allowed" if n is None else
+                    f"except may name only built-in exception classes ({', '.join(_EXCEPTIONS)})")
+    return None
+
+
+class _RewriteHandlers(ast.NodeTransformer):
+    def visit_ExceptHandler(self, node: ast.ExceptHandler) -> ast.AST:
+        def alias(n: ast.expr) -> ast.expr:
+            assert isinstance(n, ast.Name)
+            return ast.copy_location(ast.Name(id=_ALIAS + n.id, ctx=ast.Load()), n)
+        t = node.type
+        if isinstance(t, ast.Tuple):
+            node.type = ast.copy_location(ast.Tuple(elts=[alias(e) for e in t.elts], ctx=ast.Load()), t)
+        elif t is not None:
+            node.type = alias(t)
+        self.generic_visit(node)
+        return node
+
+
+def _rewrite_handlers(tree: ast.Module) -> ast.Module:
+    """``except ValueError`` -> ``except __sb_exc_ValueError``: a chart can shadow the plain
+    name (``ValueError = 1``), which would turn the handler into a TypeError raised while
+    the budget's exception unwinds; the alias lives in the builtins, out of its reach."""
+    _RewriteHandlers().visit(tree)
+    return ast.fix_missing_locations(tree)
+
+
 def _format_fields(receiver: ast.AST) -> str | None:
     """``str.format`` resolves ``{0.attr}`` and ``{0[key]}`` itself, past the AST check.
 
-    A constant template may use plain fields only; a template computed at run time could
-    hold anything, so ``.format`` on it is refused (f-strings and ``%`` are the alternatives).
+    A constant template may use plain fields only, in its format specs too (``{0:{1}}``
+    nests a field in the spec); a template computed at run time could hold anything, so
+    ``.format`` on it is refused (f-strings and ``%`` are the alternatives).
     """
     if not (isinstance(receiver, ast.Constant) and isinstance(receiver.value, str)):
         return "str.format on a computed template is not allowed (use an f-string)"
-    try:
-        fields = [f for _, f, _, _ in string.Formatter().parse(receiver.value) if f]
-    except ValueError:
-        return None  # a malformed template fails when it runs, as an ordinary error
-    for f in fields:
-        if "." in f or "[" in f:
-            return f"format field {{{f}}} reaches into an object; only plain fields are allowed"
+    todo = [receiver.value]
+    while todo:
+        template = todo.pop()
+        try:
+            parts = list(string.Formatter().parse(template))
+        except ValueError:
+            return None  # a malformed template fails when it runs, as an ordinary error
+        for _, field, spec, _ in parts:
+            if field and ("." in field or "[" in field):
+                return f"format field {{{field}}} reaches into an object; only plain fields are allowed"
+            if spec:
+                todo.append(spec)
     return None
 
 
@@ -124,6 +220,8 @@ class PythonDatamodel:
         bad = _check_safe(tree)
         if bad:
             return _Failed(f"{bad} in {e.kind} {e.src!r}")
+        if isinstance(tree, ast.Module):  # a <script>: only statements have except clauses
+            tree = _rewrite_handlers(tree)
         where = f"<scxml line {e.line}>"
         if e.kind == "location":
             body = tree.body  # type: ignore[attr-defined]

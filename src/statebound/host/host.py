@@ -24,6 +24,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..chart.compiler import compile_content_child, compile_src_child
 from ..chart.model import Chart
 from ..effects import (Autoforward, BudgetExhausted, Cancel, CancelInvoke, Done, Invoke, Log, Send,
                        SendDelayed)
@@ -185,8 +186,10 @@ class Host:
             return None
         try:
             parent = self.chart(head.rsplit("/", 1)[0])
-            return Chart.from_file(_src_path(parent, src), name=name)
-        except (StateboundError, OSError):
+            # under the parent's policy (containment, trust) again: the identity check of the
+            # blob then also proves the child was reloaded as trusted as it was written
+            return compile_src_child(parent, src, name)
+        except StateboundError:
             return None
 
     @property
@@ -581,12 +584,14 @@ class Host:
     def _invoke(self, u: _Unit, iid: str, pos: Position, eff: Invoke, ctx: Any) -> None:
         chart = eff.chart
         try:
+            # Run-time children are loaded under the parent's policy: its src containment, and
+            # an untrusted parent's children are untrusted too.
             if chart is None and eff.content is not None:
-                chart = Chart.from_scxml(eff.content, name=f"{pos.chart.name}/{eff.state}.dyn{zlib.crc32(eff.content.encode())}",
-                                         base_path=pos.chart.base_path)
+                name = f"{pos.chart.name}/{eff.state}.dyn{zlib.crc32(eff.content.encode('utf-8', 'replace'))}"
+                chart = compile_content_child(pos.chart, eff.content, name)
             elif chart is None and eff.src:
-                src = eff.src[5:] if eff.src.startswith("file:") else eff.src
-                chart = Chart.from_file(_src_path(pos.chart, src), name=f"{pos.chart.name}/{eff.state}.src:{src}")
+                src = eff.src[5:] if eff.src.startswith("file:") else eff.src  # the name as it always was
+                chart = compile_src_child(pos.chart, src, f"{pos.chart.name}/{eff.state}.src:{src}")
             if chart is None:
                 raise ChartError("the <invoke> names no chart")
         except StateboundError as exc:
@@ -619,11 +624,6 @@ class Host:
 
 class _AlreadyDone(Exception):
     """Internal: the row being fired was completed by someone else."""
-
-
-def _src_path(parent: Chart, src: str) -> str:
-    import os
-    return src if os.path.isabs(src) else os.path.join(parent.base_path or ".", src)
 
 
 def _bump_ordinal(pos: Position) -> Position:
