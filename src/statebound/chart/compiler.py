@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ..exceptions import ChartError, ChartSyntaxError, ChartValidationError, Problem
-from .model import (Action, Assign, CancelAction, Chart, DataSpec, DoneData, Expr, Foreach, If,
+from .model import (INVOKE_SCXML_TYPES, Action, Assign, CancelAction, Chart, DataSpec, DoneData, Expr, Foreach, If,
                     InvokeSpec, LogAction, Param, Raise, Script, SendAction, StateNode, TimeoutSpec,
                     Transition)
 from .xml import SB_NS, SCXML_NS, El, parse_xml, serialize
@@ -529,13 +529,16 @@ class _Compiler:
         sub_name = f"{self.name or 'chart'}/{state_id}.invoke{k}"
         chart = None
         content = None
+        # A literal type other than SCXML names a host invoke handler: its src and content
+        # are that handler's input, so they are never read or compiled as a chart.
+        scxml = "typeexpr" in el.attrib or el.attrib.get("type") in (None, "", *INVOKE_SCXML_TYPES)
         if contents:
-            content = self.content_value(contents[0], allow_chart=True)
+            content = self.content_value(contents[0], allow_chart=scxml)
             if content and content[0] == "chart":
                 chart = self.subchart(content[1], sub_name, el)
                 content = None
         src = el.attrib.get("src")
-        if src is not None:
+        if src is not None and scxml:
             txt = self.read_src(el, src)
             if txt is not None:
                 chart = self.subchart_text(txt, sub_name, el, src)
