@@ -193,7 +193,7 @@ class Outbox:
         e = u.entries[iid]
         generation = self._generation(e, invokeid)
         if generation is None:
-            return False
+            return (iid, invokeid) in u.answered
         h._drop_ref(e, generation)
         key = (iid, generation)
         if key in u.puts:
@@ -226,7 +226,7 @@ class Outbox:
         e = u.entries[iid]
         generation = self._generation(e, invokeid)
         if generation is None:
-            return False
+            return (iid, invokeid) in u.answered
         if event.invokeid == invokeid:
             return True  # the invocation's own result or error: never echoed back to it
         key = (iid, generation)
@@ -395,6 +395,8 @@ class Outbox:
             if e is None or e.position is None:
                 return
             h._drop_ref(e, row.ordinal)
+            if row.kind == INVOKE:
+                u.answered.add((iid, p["invokeid"]))
             if e.position.status == RUNNING:
                 u.queue.append((iid, error, row.caller_context))
                 h._drain(u)
@@ -427,6 +429,7 @@ class Outbox:
             if gen is not None and key is not None and live == gen and pos.status == RUNNING and \
                     any(i.invokeid == invokeid for i in pos.invocations):
                 h._drop_ref(e, gen)
+                u.answered.add((iid, invokeid))
                 u.queue.append((iid, event, ctx))
                 h._drain(u)
                 return "fired", None, TimerCompletion(key, "fired", None, node)

@@ -58,6 +58,9 @@ class Unit:
     deliveries: int = 0
     #: outbox rows this host hands over itself, right after the commit lands
     deliver: set[TimerKey] = field(default_factory=set)
+    #: (instance, invokeid) of handler invocations answered in this unit: their exit
+    #: cancels nothing
+    answered: set[tuple[str, str]] = field(default_factory=set)
 
 
 class AlreadyDone(Exception):
