@@ -118,9 +118,18 @@ def test_request_counts_of_a_send_and_an_invoke(mock_client, table):
         assert log.take() == ["GetItem", "TransactWriteItems", "UpdateItem"]
         host.send("o", "Pay")
         assert log.take() == ["GetItem", "TransactWriteItems", "GetItem", "TransactWriteItems"]
+        later = sb.Host([SHOP], store=make_store(mock_client, table), clock=clock,
+                        invokers={"payment": Gateway(answer="later")})
+        later.start("shop", "p")
+        log.take()
+        later.send("p", "Pay")
+        assert log.take() == ["GetItem", "TransactWriteItems", "UpdateItem"]     # the row parked as waiting
+        assert later.complete_invoke("p", "charge", {"charge": "ch_2"}).outcome == "fired"
+        assert log.take() == ["GetItem", "TransactWriteItems"]
     finally:
         log.close()
     assert len(rx.keys) == 1 and host.get("o").datamodel["receipt"] == {"charge": "ch_1"}
+    assert later.get("p").datamodel["receipt"] == {"charge": "ch_2"}
 
 
 def test_dead_rows_waiting_rows_and_late_results_on_dynamodb(mock_client, table):
