@@ -530,3 +530,14 @@ def test_a_handler_invokes_src_and_content_are_its_input_never_a_chart(tmp_path)
     host.start("c", "i")
     assert seen == [("charge.json", None), (None, {"plan": "gold"})]
     assert [r.state for r in host.pending_timers("i")] == [WAITING, WAITING]
+
+
+def test_a_result_for_a_deleted_instance_is_discarded_not_raised(make):
+    class DeletesFirst(Gateway):
+        def start(self, request):
+            host.delete("o")                  # an operator purges the order meanwhile
+            return super().start(request)
+    host, _clock = make(invokers={"payment": DeletesFirst()})
+    host.start("shop", "o")
+    host.send("o", "Pay")                     # no exception escapes the delivery
+    assert not host.exists("o") and host.metrics.get("discarded") == 1

@@ -421,7 +421,9 @@ class Outbox:
         def unit(u: Unit) -> tuple[str, str | None, TimerCompletion | None]:
             e = h._load(u, iid)
             if e is None or e.position is None:
-                raise InstanceNotFound(iid)
+                if node is None:  # complete_invoke/fail_invoke: the caller named no instance
+                    raise InstanceNotFound(iid)
+                return "discarded", f"result discarded: instance {iid!r} not found", None
             live = self._generation(e, invokeid)
             gen = live if generation is None else generation
             key = found[0] = None if gen is None else (iid, gen)
