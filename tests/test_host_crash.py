@@ -99,21 +99,27 @@ def _table_dump(path):
     return pos, tim, integrity
 
 
+def _statements_per_step(store, steps, *args) -> list[int]:
+    """Run each step with ``args``, counting the SQL statements it makes: its crash points."""
+    orig = store._execute
+    n = [0]
+
+    def counting(sql, params=()):
+        n[0] += 1
+        return orig(sql, params)
+    store._execute = counting
+    counts = []
+    for _name, run in steps:
+        n[0] = 0
+        run(*args)
+        counts.append(n[0])
+    return counts
+
+
 def _count_statements(path) -> list[int]:
     clock = sb.ManualClock(T0)
     store, host = _open(path, clock)
-    counts = []
-    orig = store._execute
-    n = {"k": 0}
-
-    def counting(sql, params=()):
-        n["k"] += 1
-        return orig(sql, params)
-    store._execute = counting
-    for _name, run in STEPS:
-        n["k"] = 0
-        run(host, clock)
-        counts.append(n["k"])
+    counts = _statements_per_step(store, STEPS, host, clock)
     store.close()
     return counts
 
@@ -376,18 +382,7 @@ def _run_outbox_clean(path):
     world = _world()
     clock = sb.ManualClock(T0)
     store, host = _open_outbox(path, clock, world)
-    counts = []
-    orig = store._execute
-    n = {"k": 0}
-
-    def counting(sql, params=()):
-        n["k"] += 1
-        return orig(sql, params)
-    store._execute = counting
-    for _name, run in OUTBOX_STEPS:
-        n["k"] = 0
-        run(host, clock, world)
-        counts.append(n["k"])
+    counts = _statements_per_step(store, OUTBOX_STEPS, host, clock, world)
     _drain(host, clock)
     out = _outcome(path, host)
     store.close()
