@@ -541,3 +541,20 @@ def test_a_result_for_a_deleted_instance_is_discarded_not_raised(make):
     host.start("shop", "o")
     host.send("o", "Pay")                     # no exception escapes the delivery
     assert not host.exists("o") and host.metrics.get("discarded") == 1
+
+
+def test_the_pure_interpreter_emits_processor_sends_and_handler_invokes_it_is_offered():
+    chart = sb.Chart.from_scxml(f"""<scxml {NS} name="pure" initial="s">
+      <state id="s">
+        <onentry><send type="sqs" event="e" target="q" delay="2s"/><send type="sqs" event="f"/></onentry>
+        <invoke type="payment" id="p"><content>[1, 2]</content></invoke>
+      </state></scxml>""")
+    interp = sb.Interpreter(chart)
+    pos, effects = interp.start("i", ioprocessors={"sqs": {}}, invokers=frozenset({"payment"}))
+    kinds = [(type(e).__name__, e.type) for e in effects]
+    assert kinds == [("SendDelayed", "sqs"), ("Send", "sqs"), ("Invoke", "payment")]
+    invoke = effects[2]
+    assert (invoke.src, invoke.content, invoke.chart) == (None, [1, 2], None)
+    assert pos.ordinal == 1                                 # only the delayed send took an ordinal
+    _bare, bare_effects = interp.start("j")                 # offered nothing: error.execution, no effects
+    assert bare_effects == ()
