@@ -24,8 +24,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from statebound.exceptions import ConflictError, InvalidInstanceId
-from statebound.host.store import (CLAIMED, DEAD, DONE, PENDING, Commit, PositionWrite, Store,
-                                   TimerCompletion, TimerRef, TimerRow)
+from statebound.host.store import (CANCEL, CLAIMED, DEAD, DONE, INVOKE, PENDING, SEND, TIMER, WAITING,
+                                   Commit, KeyRecord, PositionWrite, Store, TimerCompletion, TimerRef,
+                                   TimerRow)
 
 __all__ = ["StoreContract", "create", "update", "delete", "timer", "put", "hostile_ids",
            "PORTABLE_ID_BYTES"]
@@ -223,6 +224,28 @@ class StoreContract:
         assert store.load("a").version == 1
         assert store.get_timer(("a", 1)) is not None
 
+    def test_idempotency_keys_round_trip_and_each_write_replaces_them(self, store):
+        keys1 = (KeyRecord("req-1", bytes(range(16))), KeyRecord("réq-2", b"\x00" * 16))
+        store.commit(Commit(writes=(PositionWrite("a", "chart", None, b"b", "running",
+                                                  idempotency=keys1),)))
+        assert store.load("a").idempotency == keys1
+        keys2 = (keys1[1], KeyRecord("req-3", b"\xff" * 16))
+        store.commit(Commit(writes=(PositionWrite("a", "chart", 1, b"b2", "running",
+                                                  idempotency=keys2),)))
+        assert store.load("a").idempotency == keys2
+        store.commit(Commit(writes=(update("a", 2),)))
+        assert store.load("a").idempotency == ()
+
+    def test_stale_write_keeps_the_recorded_keys(self, store):
+        # Two racers with one key: the loser's write fails, so the winner's key stays.
+        won = (KeyRecord("k", b"1" * 16),)
+        store.commit(Commit(writes=(PositionWrite("a", "chart", None, b"b", "running"),)))
+        store.commit(Commit(writes=(PositionWrite("a", "chart", 1, b"w", "running", idempotency=won),)))
+        with pytest.raises(ConflictError):
+            store.commit(Commit(writes=(PositionWrite("a", "chart", 1, b"l", "running",
+                                                      idempotency=(KeyRecord("k", b"2" * 16),)),)))
+        assert store.load("a").idempotency == won
+
     def test_deleted_id_can_be_created_again(self, store):
         create(store, "a")
         store.commit(Commit(writes=(delete("a", 1),)))
@@ -245,6 +268,15 @@ class StoreContract:
             caller_context={"request": "r-1", "n": [1, 2]})
         put(store, row)
         assert store.get_timer(("a", 42)) == row
+
+    @pytest.mark.parametrize("kind", [TIMER, SEND, INVOKE, CANCEL])
+    def test_row_kind_round_trips(self, store, kind):
+        row = timer("a", 5, 10, kind=kind, event={"type": "sqs", "target": "q", "data": [1, {"x": b"y"}]})
+        put(store, row)
+        assert store.get_timer(("a", 5)) == row
+        [claimed] = store.claim_due(10, 10, "n1", 100)
+        assert claimed.kind == kind
+        assert store.pending_timers("a")[0].kind == kind
 
     def test_get_timer_missing_is_none(self, store):
         assert store.get_timer(("a", 1)) is None
@@ -354,6 +386,47 @@ class StoreContract:
         assert keys(store.pending_timers("a")) == [("a", 2)]
         with pytest.raises(ConflictError):
             store.commit(Commit(complete=TimerCompletion(("a", 1), "fired")))
+
+    def test_completion_to_waiting_leaves_the_sweep_but_stays_completable(self, store):
+        put(store, timer("a", 1, 10, kind=INVOKE), timer("a", 2, 50))
+        store.claim_due(10, 1, "n1", 100)
+        store.commit(Commit(complete=TimerCompletion(("a", 1), None, node_id="n1", state=WAITING)))
+        row = store.get_timer(("a", 1))
+        assert (row.state, row.claimed_by, row.claim_expires_ms, row.attempts) == (WAITING, None, None, 0)
+        assert store.next_due() == 50                              # in no due index
+        assert keys(store.claim_due(10_000, 10, "n2", 100)) == [("a", 2)]
+        assert keys(store.pending_timers("a")) == [("a", 1), ("a", 2)]   # waiting is not done
+        assert list(store.dead_timers()) == []
+        # anyone may finish it later (a complete_invoke carries no claim)
+        store.commit(Commit(complete=TimerCompletion(("a", 1), "fired")))
+        assert (store.get_timer(("a", 1)).state, store.get_timer(("a", 1)).outcome) == (DONE, "fired")
+
+    def test_waiting_row_is_kept_when_not_keeping_done(self, store_drop_done):
+        store = store_drop_done
+        put(store, timer("a", 1, 10, kind=INVOKE))
+        store.commit(Commit(complete=TimerCompletion(("a", 1), None, state=WAITING)))
+        assert store.get_timer(("a", 1)).state == WAITING
+        store.commit(Commit(complete=TimerCompletion(("a", 1), "fired")))
+        assert store.get_timer(("a", 1)) is None
+
+    def test_completion_to_dead_counts_the_attempt_and_keeps_the_error(self, store):
+        create(store, "a", timers_put=[timer("a", 1, 10, kind=SEND)])
+        store.claim_due(10, 10, "n1", 100)
+        store.release(("a", 1), "n1", error="first", next_attempt_at_ms=20, dead=False)
+        store.claim_due(20, 10, "n1", 100)
+        store.commit(Commit(writes=(update("a", 1),),
+                            complete=TimerCompletion(("a", 1), None, node_id="n1", state=DEAD,
+                                                     error="RuntimeError: gave up")))
+        row = store.get_timer(("a", 1))
+        assert (row.state, row.attempts, row.last_error, row.claimed_by) == (
+            DEAD, 2, "RuntimeError: gave up", None)
+        assert keys(store.dead_timers()) == [("a", 1)]
+        assert store.next_due() is None
+        assert store.load("a").version == 2
+        with pytest.raises(ConflictError):
+            store.commit(Commit(complete=TimerCompletion(("a", 1), "delivered")))
+        assert store.retry_timer(("a", 1), 500) is True
+        assert keys(store.claim_due(500, 10, "n2", 100)) == [("a", 1)]
 
     # ------------------------------------------------------------------ claims
 

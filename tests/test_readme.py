@@ -23,3 +23,5 @@ def test_readme_examples_run(tmp_path, monkeypatch, capsys):
     out = capsys.readouterr().out
     assert "frozenset({'Started'})" in out and "SendDelayed(" in out
     assert ns["host"].get("order-1").configuration == {"Cancelled"}
+    assert ns["shop"].get("order-2").configuration == {"Done"}
+    assert out.count("receipt order-2:") == 1 and ns["shop"].metrics["duplicates"] == 1

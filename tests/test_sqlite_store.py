@@ -24,7 +24,7 @@ from statebound.exceptions import (ConflictError, SerializationError, StoreError
                                    StoreUnavailable)
 from statebound.host.memory import MemoryStore
 from statebound.host.sqlite import SCHEMA_VERSION, SQLiteStore
-from statebound.host.store import (CLAIMED, DEAD, DONE, PENDING, Commit, PositionWrite,
+from statebound.host.store import (CLAIMED, DEAD, DONE, PENDING, Commit, KeyRecord, PositionWrite,
                                    TimerCompletion, TimerRef, TimerRow)
 from store_contract import create, timer, update
 
@@ -95,6 +95,30 @@ def test_older_schema_is_migrated_forward_keeping_data(db_path, monkeypatch):
         assert store.get_timer(("a", 1)) is not None
     assert query(db_path, "SELECT count(*) FROM pragma_table_info('positions') "
                           "WHERE name = 'note'") == (1,)
+
+
+def test_a_version_1_file_gains_the_outbox_and_key_columns(db_path):
+    """A file written before the outbox existed opens as schema 2 and reads the same."""
+    conn = raw(db_path)
+    for sql in sqlite_mod._MIGRATIONS[1]:
+        conn.execute(sql)
+    conn.execute("INSERT INTO meta VALUES ('schema_version', 1)")
+    conn.execute("INSERT INTO positions VALUES ('a', 'chart', 3, x'00ff', 'running', ?, NULL)",
+                 (sqlite_mod._pack_refs([TimerRef(1, "send-1")]),))
+    params = sqlite_mod._timer_params(timer("a", 1, 10))
+    conn.execute("INSERT INTO timers (instance_id, ordinal, target_id, due_at_ms, send_id, event, name, "
+                 "dedup, caller_context, state, attempts, next_attempt_at_ms, claimed_by, claim_expires_ms, "
+                 "last_error, outcome, reason, ready_at_ms) VALUES "
+                 "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", params[:17] + params[18:])
+    conn.close()
+    with SQLiteStore(db_path) as store:
+        assert store.schema_version == SCHEMA_VERSION == 2
+        rec = store.load("a")
+        assert (rec.version, rec.blob, rec.timers, rec.idempotency) == (3, b"\x00\xff", (TimerRef(1, "send-1"),), ())
+        assert store.get_timer(("a", 1)) == timer("a", 1, 10)       # kind defaults to timer
+        store.commit(Commit(writes=(PositionWrite("a", "chart", 3, b"x", "running",
+                                                  idempotency=(KeyRecord("k", b"f" * 16),)),)))
+        assert store.load("a").idempotency == (KeyRecord("k", b"f" * 16),)
 
 
 def test_opening_twice_does_not_rerun_migrations(db_path):

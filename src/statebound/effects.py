@@ -113,11 +113,14 @@ class Invoke(_Stamp):
     """Start an invoked child session.
 
     :ivar invokeid: the invoke id (author-written or generated); routes ``#_<invokeid>``.
-    :ivar type: the invoke type URI (statebound supports SCXML).
+    :ivar type: the invoke type: the SCXML type URI, or the name of a host invoke handler
+        (``Host(invokers=...)``), which then gets ``src``, ``data`` and ``content`` as input.
     :ivar chart: the compiled child chart (inline ``<content>`` or ``src`` resolved at
-        compile time), or ``None`` when only ``src`` is known (``srcexpr``).
+        compile time), or ``None`` when only ``src`` is known (``srcexpr``), and always for
+        a handler.
     :ivar src: the evaluated ``src``/``srcexpr``, when given.
-    :ivar content: an SCXML document given by ``<content expr>``, to compile at run time.
+    :ivar content: for SCXML, a document given by ``<content expr>``, to compile at run
+        time; for a handler, the ``<content>`` value (any data).
     :ivar data: the ``param``/``namelist`` values passed to the child's datamodel.
     :ivar autoforward: whether external events are forwarded to the child.
     :ivar state: id of the state that owns the ``<invoke>``.
@@ -127,7 +130,7 @@ class Invoke(_Stamp):
     type: str
     chart: Any
     src: str | None
-    content: str | None
+    content: Any
     data: dict[str, Any]
     autoforward: bool
     state: str

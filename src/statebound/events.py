@@ -33,6 +33,8 @@ class Event:
     :param origintype: the I/O processor type of ``origin``.
     :param invokeid: set when the event comes from an invoked child session.
     :param raw: the raw message, for events that arrived over a wire protocol (Basic HTTP).
+    :param idempotency_key: for an event handed to ``host.send``: apply it once per key
+        (the same as ``host.send(..., idempotency_key=...)``). Never shown to the chart.
     """
 
     name: str
@@ -43,6 +45,7 @@ class Event:
     origintype: str | None = None
     invokeid: str | None = None
     raw: str | None = None
+    idempotency_key: str | None = None
 
     @classmethod
     def cancel(cls) -> Event:
@@ -57,14 +60,18 @@ class Event:
 
     def to_dict(self) -> dict[str, Any]:
         """Return the event as a plain dict (what timer rows store)."""
-        return {
+        d = {
             "name": self.name, "data": self.data, "type": self.type, "sendid": self.sendid,
             "origin": self.origin, "origintype": self.origintype, "invokeid": self.invokeid,
             "raw": self.raw,
         }
+        if self.idempotency_key is not None:
+            d["idempotency_key"] = self.idempotency_key
+        return d
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Event:
         """Rebuild an event from :meth:`to_dict` output."""
         return cls(d["name"], d.get("data"), d.get("type") or "external", d.get("sendid"),
-                   d.get("origin"), d.get("origintype"), d.get("invokeid"), d.get("raw"))
+                   d.get("origin"), d.get("origintype"), d.get("invokeid"), d.get("raw"),
+                   d.get("idempotency_key"))

@@ -24,7 +24,8 @@ so a host can catch the whole family in one clause and still tell the cases apar
     │   ├── DeliveryRejected          a processor or invoke handler gave up for good
     │   │   ├── PayloadTooLarge       over the receiving service's size limit
     │   │   └── PayloadNotJSON        data that strict JSON cannot carry (NaN, bytes...)
-    │   └── DeliveryFailed            this attempt failed; the outbox retries it
+    │   ├── DeliveryFailed            this attempt failed; the outbox retries it
+    │   └── IdempotencyKeyReused      an idempotency key came back with other data
     └── StoreError                    anything a backend could not do
         ├── ConflictError             optimistic version check failed
         ├── ItemTooLarge              a position or commit over the backend's limit
@@ -65,6 +66,7 @@ __all__ = [
     "PayloadTooLarge",
     "PayloadNotJSON",
     "DeliveryFailed",
+    "IdempotencyKeyReused",
     "StoreError",
     "ConflictError",
     "ItemTooLarge",
@@ -314,6 +316,21 @@ class DeliveryFailed(HostError):
     def __init__(self, message: str, code: str | None = None) -> None:
         self.code = code
         super().__init__(message)
+
+
+class IdempotencyKeyReused(HostError):
+    """An idempotency key this instance has already applied came with a different event,
+    different data or (for ``start``) a different chart. Nothing was written.
+
+    :ivar instance_id: the instance that holds the key.
+    :ivar key: the key.
+    """
+
+    def __init__(self, instance_id: str, key: str, what: str = "event or data") -> None:
+        self.instance_id = instance_id
+        self.key = key
+        super().__init__(f"idempotency key {key!r} was already used on instance {instance_id!r} "
+                         f"with a different {what}; use a new key for a new request")
 
 
 # --------------------------------------------------------------------------- stores

@@ -18,8 +18,8 @@ from statebound.dynamodb import DEAD_INDEX, DUE_INDEX, DynamoStore
 from statebound.dynamodb import _codec as codec
 from statebound.exceptions import (ConflictError, ItemTooLarge, SerializationError, StoreError,
                                    StoreUnavailable)
-from statebound.host.store import (DEAD, DONE, PENDING, Commit, PositionWrite, TimerCompletion,
-                                   TimerRef)
+from statebound.host.store import (DEAD, DONE, INVOKE, PENDING, SEND, WAITING, Commit, KeyRecord,
+                                   PositionWrite, TimerCompletion, TimerRef)
 from store_contract import create, delete, timer, update
 
 from .helpers import CallLog, index_keys, make_store, table_items
@@ -105,6 +105,38 @@ def test_item_layout(mock_client, table, dstore):
     assert row["gsi_pk"] == {"S": f"{(T0 + 5) // MINUTE}#{shard}"}
     assert row["gsi_due"] == {"N": str(T0 + 5)}
     assert "dead_pk" not in row
+
+
+def test_outbox_row_and_idempotency_key_layout(mock_client, table, dstore):
+    """In-process moto: an outbox row carries ``kind`` (a timer carries none), and the
+    retained idempotency keys are one binary attribute of the position item."""
+    dstore.commit(Commit(writes=(PositionWrite("a", "chart", None, b"b", "running",
+                                               idempotency=(KeyRecord("req-1", b"\x01" * 16),)),),
+                         timers_put=(timer("a", 1, T0, kind=SEND), timer("a", 2, T0))))
+    items = {(i["pk"]["S"], i["sk"]["S"]): i for i in table_items(mock_client, table)}
+    assert set(items[("a", "P")]["idem"]) == {"B"}
+    assert items[("a", codec.timer_sk(1))]["kind"] == {"S": SEND}
+    assert "kind" not in items[("a", codec.timer_sk(2))]
+    assert dstore.load("a").idempotency == (KeyRecord("req-1", b"\x01" * 16),)
+
+
+def test_waiting_and_dead_completions_move_between_indexes(mock_client, table, dstore, calls):
+    """In-process moto: a completion alone is one UpdateItem (no transaction); ``waiting``
+    leaves the due index for none, ``dead`` moves to the dead index with the attempt counted."""
+    create(dstore, "a", timers_put=[timer("a", 1, T0, kind=INVOKE), timer("a", 2, T0, kind=SEND)])
+    calls.take()
+    dstore.commit(Commit(complete=TimerCompletion(("a", 1), None, node_id="n1", state=WAITING)))
+    dstore.commit(Commit(complete=TimerCompletion(("a", 2), None, state=DEAD, error="gave up")))
+    assert calls.take() == ["UpdateItem", "UpdateItem"]
+    assert due_members(mock_client, table) == set()
+    assert dead_members(mock_client, table) == {("a", 2)}
+    dead = dstore.get_timer(("a", 2))
+    assert (dead.state, dead.attempts, dead.last_error) == (DEAD, 1, "gave up")
+    assert dstore.get_timer(("a", 1)).state == WAITING
+    dstore.commit(Commit(complete=TimerCompletion(("a", 1), "fired")))
+    assert dstore.get_timer(("a", 1)).outcome == "fired"
+    with pytest.raises(ConflictError):
+        dstore.commit(Commit(complete=TimerCompletion(("a", 1), "fired")))
 
 
 def test_unserializable_event_data_is_refused_before_writing(mock_client, table, dstore, calls):

@@ -20,7 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from ..exceptions import ChartError, ChartPolicyError, ChartSyntaxError, ChartValidationError, Problem
-from .model import (Action, Assign, CancelAction, Chart, DataSpec, DoneData, Expr, Foreach, If,
+from .model import (INVOKE_SCXML_TYPES, Action, Assign, CancelAction, Chart, DataSpec, DoneData, Expr, Foreach,
+                    If,
                     InvokeSpec, LogAction, Param, Raise, Script, SendAction, StateNode, TimeoutSpec,
                     Transition)
 from .trust import (MAX_LOADED_CHARTS, TRUSTED, UNTRUSTED, UNTRUSTED_DATAMODELS, LoadBudget, check_trust,
@@ -538,18 +539,23 @@ class _Compiler:
         sub_name = f"{self.name or 'chart'}/{state_id}.invoke{k}"
         chart = None
         content = None
+        # A literal type other than SCXML names a host invoke handler: its src and content
+        # are that handler's input, so they are never read or compiled as a chart.
+        scxml = "typeexpr" in el.attrib or el.attrib.get("type") in (None, "", *INVOKE_SCXML_TYPES)
         if contents:
-            content = self.content_value(contents[0], allow_chart=True)
+            content = self.content_value(contents[0], allow_chart=scxml)
             if content and content[0] == "chart":
                 chart = self.subchart(content[1], sub_name, el)
                 content = None
         src = el.attrib.get("src")
-        if src is not None and self.depth > 8:
+        if src is None or not scxml:
+            pass  # no src, or a handler's src: its input, never read as a chart
+        elif self.depth > 8:
             self.problem(el, "invoked charts nested too deeply")
-        elif src is not None and self.budget.charts_left <= 0:  # read nothing more
+        elif self.budget.charts_left <= 0:  # read nothing more
             self.policy_broken = True
             self.problem(el, f"the load has compiled its {MAX_LOADED_CHARTS} charts")
-        elif src is not None:
+        else:
             got = self.read_src(el, src)
             if got is not None:
                 chart = self.subchart_text(got[1], sub_name, el, src, os.path.dirname(got[0]))

@@ -17,8 +17,13 @@ from typing import Any
 __all__ = [
     "Expr", "Param", "Action", "Raise", "SendAction", "CancelAction", "Assign", "LogAction",
     "If", "Foreach", "Script", "Block", "DataSpec", "InvokeSpec", "DoneData", "TimeoutSpec",
-    "Transition", "StateNode", "Chart",
+    "Transition", "StateNode", "Chart", "INVOKE_SCXML_TYPES",
 ]
+
+#: Spellings of the SCXML invoke type on ``<invoke type>``; any other literal type names
+#: a host invoke handler, whose ``src`` is never read as a chart.
+INVOKE_SCXML_TYPES = frozenset({"http://www.w3.org/TR/scxml/", "http://www.w3.org/TR/scxml", "scxml",
+                                "http://www.w3.org/TR/scxml/#SCXMLEventProcessor"})
 
 
 @dataclass(frozen=True, slots=True)

@@ -6,8 +6,10 @@ without a client. Everything here is pure: no boto3, no I/O, no clock.
 One table, ``pk`` (S) + ``sk`` (S)::
 
     pk                 sk             what
-    <instance id>      P              position: chart, version, blob, status, timers, parent
-    <instance id>      T#<ordinal>    timer row scheduled by that instance (ordinal zero-padded)
+    <instance id>      P              position: chart, version, blob, status, timers, parent,
+                                      idem (the retained inbound idempotency keys)
+    <instance id>      T#<ordinal>    timer or outbox row scheduled by that instance (ordinal
+                                      zero-padded); ``kind`` is absent for a timer
     sweep#<shard>      C              the sweep cursor of a shard (oldest bucket to scan)
     lease#<shard>      L              a shard lease (see leases.py)
     lease#members      N#<node id>    a sweeper node's membership heartbeat (see leases.py)
@@ -46,8 +48,8 @@ from typing import Any
 
 
 from ..exceptions import StoreError
-from ..host.store import (CLAIMED, DEAD, PENDING, PositionRecord, TimerKey, TimerRef, TimerRow,
-                          check_instance_id, pack_field, unpack_field)
+from ..host.store import (CLAIMED, DEAD, PENDING, TIMER, KeyRecord, PositionRecord, TimerKey, TimerRef,
+                          TimerRow, check_instance_id, pack_field, unpack_field)
 
 __all__ = [
     "POSITION_SK", "TIMER_PREFIX", "INSTANCE_SKS", "MAX_INSTANCE_ID_BYTES", "check_id", "DUE_INDEX", "DEAD_INDEX", "DEAD_PARTITION",
@@ -132,7 +134,7 @@ def index_attributes(row: TimerRow, *, shards: int, bucket_ms: int) -> dict[str,
     """The sparse index attributes a row in this state carries (possibly none).
 
     Pending and claimed rows are in the due index under the bucket of their ready time;
-    dead rows are in the dead index; done rows are in neither.
+    dead rows are in the dead index; waiting and done rows are in neither.
     """
     if row.state in (PENDING, CLAIMED):
         ready = row.ready_at_ms
@@ -153,7 +155,7 @@ def _ref_value(ref: TimerRef) -> dict[str, Any]:
 
 def position_item(instance_id: str, chart: str, version: int, blob: bytes, status: str,
                   timers: tuple[TimerRef, ...], parent: str | None,
-                  commit_token: str) -> dict[str, dict[str, Any]]:
+                  commit_token: str, idempotency: tuple[KeyRecord, ...] = ()) -> dict[str, dict[str, Any]]:
     """The position item. ``commit_token`` identifies the commit that wrote it (see store.py)."""
     item = {
         "pk": S(instance_id), "sk": S(POSITION_SK), "chart": S(chart), "version": N(version),
@@ -162,7 +164,17 @@ def position_item(instance_id: str, chart: str, version: int, blob: bytes, statu
     }
     if parent is not None:
         item["parent"] = S(parent)
+    if idempotency:
+        # one binary attribute, not a list of maps: it rides on every load of the instance
+        item["idem"] = B(pack([[k.key, k.fingerprint] for k in idempotency],
+                              f"idempotency keys of {instance_id!r}"))
     return item
+
+
+def _keys_from(item: dict[str, Any]) -> tuple[KeyRecord, ...]:
+    if "idem" not in item:
+        return ()
+    return tuple(KeyRecord(k, bytes(f)) for k, f in unpack(item["idem"]["B"], "idempotency keys"))
 
 
 def record_from_item(item: dict[str, Any]) -> PositionRecord:
@@ -178,7 +190,7 @@ def record_from_item(item: dict[str, Any]) -> PositionRecord:
             instance_id=item["pk"]["S"], chart=item["chart"]["S"],
             version=int(item["version"]["N"]), blob=bytes(item["blob"]["B"]),
             status=item["status"]["S"], timers=tuple(refs),
-            parent=item["parent"]["S"] if "parent" in item else None)
+            parent=item["parent"]["S"] if "parent" in item else None, idempotency=_keys_from(item))
     except (KeyError, TypeError, ValueError) as exc:
         # A hand-edited or foreign item: say which instance, never a bare KeyError.
         pk = item.get("pk", {}).get("S", "?")
@@ -210,6 +222,8 @@ def timer_item(row: TimerRow, *, shards: int, bucket_ms: int) -> dict[str, dict[
         value = getattr(row, name)
         if value is not None:
             item[name] = N(value)
+    if row.kind != TIMER:
+        item["kind"] = S(row.kind)
     item.update(index_attributes(row, shards=shards, bucket_ms=bucket_ms))
     return item
 
@@ -233,7 +247,7 @@ def row_from_item(item: dict[str, Any]) -> TimerRow:
             caller_context=(unpack(item["caller_context"]["B"], f"caller_context of timer {key}")
                             if "caller_context" in item else None),
             state=item["state"]["S"], attempts=int(item.get("attempts", {"N": "0"})["N"]),
-            **kwargs)
+            kind=item["kind"]["S"] if "kind" in item else TIMER, **kwargs)
     except (KeyError, TypeError, ValueError) as exc:
         raise StoreError(f"timer item {item.get('pk')}/{item.get('sk')} is malformed: {exc!r}") from exc
 

@@ -79,7 +79,7 @@ import boto3
 from botocore.exceptions import ClientError
 
 from ..exceptions import ConflictError, ItemTooLarge, StoreError
-from ..host.store import (CLAIMED, DEAD, DONE, PENDING, Commit, PositionRecord, PositionWrite,
+from ..host.store import (CLAIMED, DEAD, DONE, PENDING, WAITING, Commit, PositionRecord, PositionWrite,
                           TimerCompletion, TimerKey, TimerRow, commit_instance_ids)
 from . import _codec as codec
 from ._codec import N, S
@@ -111,8 +111,8 @@ GSI_LAG_S = 5.0
 position_absent = "attribute_not_exists(#pk)"
 version_matches = "#version = :expected"
 row_exists = "attribute_exists(#pk)"
-row_unfinished = "#state IN (:pending, :claimed)"
-row_pending_or_mine = "(#state = :pending OR (#state = :claimed AND #claimed_by = :node))"
+row_unfinished = "#state IN (:pending, :claimed, :waiting)"
+row_pending_or_mine = "(#state IN (:pending, :waiting) OR (#state = :claimed AND #claimed_by = :node))"
 row_is_dead = "#state = :dead"
 row_unchanged = "#state = :seen_state AND #attempts = :seen_attempts"
 cursor_absent = "attribute_not_exists(#pk)"
@@ -393,10 +393,13 @@ class DynamoStore:
         for w in commit.writes:
             if w.blob is None:
                 purged.update(self._timer_states(w.instance_id))
+        deferred: list[TimerKey] = []
         if (len(commit.writes) == 1 and not commit.timers_put and not commit.timers_delete
                 and commit.complete is None and not purged):
             self._commit_single(commit.writes[0], token)
-            deferred: list[TimerKey] = []
+        elif not commit.writes and not commit.timers_put and not commit.timers_delete:
+            assert commit.complete is not None  # the commit is not empty
+            self._complete_single(commit.complete)
         else:
             deferred = self._commit_transaction(commit, purged, token)
         self._after_commit(commit, purged, deferred)
@@ -422,7 +425,7 @@ class DynamoStore:
         assert w.blob is not None
         version = 1 if w.expected_version is None else w.expected_version + 1
         item = codec.position_item(w.instance_id, w.chart, version, w.blob, w.status,
-                                   tuple(w.timers), w.parent, token)
+                                   tuple(w.timers), w.parent, token, tuple(w.idempotency))
         self._check_size(item, f"position {w.instance_id!r}")
         return item
 
@@ -446,6 +449,16 @@ class DynamoStore:
             if not _own_write_landed(exc, token):
                 raise
 
+    def _complete_single(self, c: TimerCompletion) -> None:
+        """A completion and nothing else (an outbox delivery acknowledged): one UpdateItem,
+        or one DeleteItem when done rows are not kept; half the write cost of a transaction."""
+        info = [ActionInfo("complete", c.key[0], c.key[1])]
+        if c.state == DONE and not self.keep_done:
+            self._call("delete_item", info, TableName=self.table_name, Key=self._timer_key(c.key),
+                       **self._completion_condition(c))
+            return
+        self._call("update_item", info, **self._completion_update(c)["Update"])
+
     def _timer_states(self, instance_id: str) -> dict[TimerKey, str]:
         """Every timer row of an instance (any state), for the purge on delete."""
         out: dict[TimerKey, str] = {}
@@ -461,7 +474,7 @@ class DynamoStore:
 
     def _completion_condition(self, c: TimerCompletion) -> dict[str, Any]:
         names = {"#pk": "pk", "#state": "state"}
-        values = {":pending": S(PENDING), ":claimed": S(CLAIMED)}
+        values = {":pending": S(PENDING), ":claimed": S(CLAIMED), ":waiting": S(WAITING)}
         if c.node_id is None:
             expr = f"{row_exists} AND {row_unfinished}"
         else:
@@ -472,22 +485,32 @@ class DynamoStore:
                 "ExpressionAttributeValues": values}
 
     def _completion_update(self, c: TimerCompletion) -> dict[str, Any]:
-        """An Update marking the fired row done, guarded by the completion condition."""
+        """An Update finishing the fired row (done, waiting or dead), guarded by the
+        completion condition."""
         cond = self._completion_condition(c)
         names, values = cond["ExpressionAttributeNames"], cond["ExpressionAttributeValues"]
         names.update({"#outcome": "outcome", "#reason": "reason", "#gsi_pk": "gsi_pk",
                       "#gsi_due": "gsi_due", "#claimed_by": "claimed_by",
                       "#claim_expires": "claim_expires_ms"})
-        values.update({":done": S(DONE), ":outcome": S(c.outcome)})
-        sets = ["#state = :done", "#outcome = :outcome"]
+        values[":to"] = S(c.state)
+        sets = ["#state = :to"]
         # leaving the index is what stops every later sweep from seeing the row
         removes = ["#gsi_pk", "#gsi_due", "#claimed_by", "#claim_expires"]
-        if c.reason is not None:
-            sets.append("#reason = :reason")
-            values[":reason"] = S(c.reason)
-        else:
-            removes.append("#reason")
-        if self.done_ttl_s is not None:
+        for attr, value in (("#outcome", c.outcome), ("#reason", c.reason)):
+            if value is not None:
+                sets.append(f"{attr} = :{attr[1:]}")
+                values[f":{attr[1:]}"] = S(value)
+            else:
+                removes.append(attr)
+        if c.state == DEAD:
+            names.update({"#attempts": "attempts", "#last_error": "last_error",
+                          "#dead_pk": "dead_pk", "#dead_sk": "dead_sk"})
+            values.update({":one": N(1), ":dead_pk": S(codec.DEAD_PARTITION),
+                           ":dead_sk": S(codec.dead_sort_key(c.key)),
+                           ":last_error": S((c.error or "")[:MAX_ERROR_CHARS])})
+            sets += ["#attempts = #attempts + :one", "#last_error = :last_error",
+                     "#dead_pk = :dead_pk", "#dead_sk = :dead_sk"]
+        if self.done_ttl_s is not None and c.state == DONE:
             names["#expires_at"] = "expires_at"
             values[":expires_at"] = N(int(time.time()) + self.done_ttl_s)
             sets.append("#expires_at = :expires_at")
@@ -532,7 +555,9 @@ class DynamoStore:
                 row = puts[key]
                 if completing:
                     assert comp is not None
-                    row = replace(row, state=DONE, outcome=comp.outcome, reason=comp.reason,
+                    if comp.state == DEAD:
+                        row = replace(row, attempts=row.attempts + 1, last_error=comp.error)
+                    row = replace(row, state=comp.state, outcome=comp.outcome, reason=comp.reason,
                                   claimed_by=None, claim_expires_ms=None)
                     cond = self._completion_condition(comp)
                     info = ActionInfo("complete", key[0], key[1])
@@ -548,7 +573,7 @@ class DynamoStore:
             elif completing:
                 assert comp is not None
                 info = ActionInfo("complete", key[0], key[1])
-                if removed or not self.keep_done:
+                if removed or (comp.state == DONE and not self.keep_done):
                     action = {"Delete": {"TableName": table, "Key": self._timer_key(key),
                                          **self._completion_condition(comp)}}
                 else:

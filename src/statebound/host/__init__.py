@@ -4,10 +4,10 @@ from .clock import Clock, ManualClock, SystemClock
 from .host import FireResult, Host, child_instance_id
 from .memory import MemoryStore
 from .processors import Delivery, InvokeHandler, InvokeRequest, Pending, SendProcessor
-from .store import Commit, PositionRecord, PositionWrite, Store, TimerCompletion, TimerRef, TimerRow
+from .store import Commit, KeyRecord, PositionRecord, PositionWrite, Store, TimerCompletion, TimerRef, TimerRow
 from .sweeper import SweepReport, Sweeper, SweeperMetrics
 
 __all__ = ["Clock", "ManualClock", "SystemClock", "Host", "FireResult", "child_instance_id", "MemoryStore",
-           "Store", "Commit", "PositionRecord", "PositionWrite", "TimerCompletion", "TimerRef", "TimerRow",
+           "Store", "Commit", "KeyRecord", "PositionRecord", "PositionWrite", "TimerCompletion", "TimerRef", "TimerRow",
            "Sweeper", "SweepReport", "SweeperMetrics",
            "Delivery", "InvokeRequest", "Pending", "SendProcessor", "InvokeHandler"]

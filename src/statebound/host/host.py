@@ -1,12 +1,16 @@
 """The Host: load, drive, turn effects into timer rows and routed events, commit once.
 
-One public call (``start``, ``send``, ``fire``, ``delete``) is one unit of work:
+One public call (``start``, ``send``, ``fire``, ``delete``, ``complete_invoke``) is one
+unit of work:
 
 1. load the records it needs (the instance, and any instance an event is routed to);
 2. drive: the event, then every immediate send it causes (to itself, its parent, its
    children, other sessions), FIFO, within a delivery budget;
 3. commit everything in **one** :meth:`Store.commit`: each position conditional on the
-   version loaded, the new timer rows, the cancelled rows and the completed fired row.
+   version loaded (with its idempotency keys), the new timer and outbox rows, the
+   cancelled rows and the completed fired row;
+4. hand the outbox rows just written to their send processors and invoke handlers
+   (``outbox.py``), outside the transaction; the sweeper retries whatever fails.
 
 A crash before the commit applies nothing; after it, everything. A version conflict
 reloads and re-runs the whole unit (the interpreter is deterministic, so re-running is
@@ -21,25 +25,31 @@ import time
 import zlib
 from collections import deque
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import replace
 from typing import Any
+from urllib.parse import quote, quote_plus, unquote, urlencode
 
 from ..chart.compiler import compile_content_child, compile_src_child
 from ..chart.model import Chart
 from ..effects import (Autoforward, BudgetExhausted, Cancel, CancelInvoke, Done, Invoke, Log, Send,
                        SendDelayed)
-from urllib.parse import quote, quote_plus, unquote, urlencode
-
 from ..events import BASICHTTP_PROCESSOR, SCXML_PROCESSOR, Event
-from ..exceptions import (ChartError, ConflictError, InstanceExists, InstanceNotFound, NotRunning,
-                          PositionError, StateboundError, UnknownChart)
+from ..exceptions import (ChartError, ConflictError, IdempotencyKeyReused, InstanceExists, InstanceNotFound,
+                          NotRunning, PositionError, StateboundError, UnknownChart)
 from ..interpreter import Interpreter, Position
-from ..position import read_header
 from ..interpreter.state import RUNNING
+from ..position import read_header
 from .clock import Clock, SystemClock
+from .idempotency import check_key, event_fingerprint, find_key, remember_key, start_fingerprint
 from .memory import MemoryStore
-from .store import (CLAIMED, DEAD, DONE, PENDING, Commit, PositionRecord, PositionWrite, Store,
-                    TimerCompletion, TimerKey, TimerRef, TimerRow)
+from .outbox import Outbox, check_invokers, check_processors
+from .processors import InvokeHandler, SendProcessor
+from .store import (CLAIMED, DEAD, DONE, TIMER, Commit, KeyRecord, PositionWrite, Store, TimerCompletion,
+                    TimerRef, TimerRow)
+from .unit import AlreadyDone as _AlreadyDone
+from .unit import Entry as _Entry
+from .unit import FireResult
+from .unit import Unit as _Unit
 
 __all__ = ["Host", "FireResult", "child_instance_id"]
 
@@ -49,39 +59,6 @@ log = logging.getLogger("statebound")
 def child_instance_id(parent_id: str, invokeid: str) -> str:
     """The instance id of the child session an ``<invoke>`` starts."""
     return f"{parent_id}::{invokeid}"
-
-
-@dataclass(frozen=True, slots=True)
-class FireResult:
-    """What happened to one timer row: ``fired``, ``discarded``, ``stale``, ``skipped`` or ``failed``."""
-
-    key: TimerKey
-    outcome: str
-    reason: str | None = None
-    lag_ms: int = 0
-
-
-@dataclass
-class _Entry:
-    record: PositionRecord | None
-    position: Position | None
-    chart_name: str
-    refs: list[TimerRef]
-    parent: str | None
-    dirty: bool = False
-    deleted: bool = False
-
-
-@dataclass
-class _Unit:
-    """The working set of one host call."""
-
-    entries: dict[str, _Entry] = field(default_factory=dict)
-    queue: deque[tuple[str, Event, Any]] = field(default_factory=deque)
-    puts: dict[TimerKey, TimerRow] = field(default_factory=dict)
-    deletes: list[TimerKey] = field(default_factory=list)
-    protected: TimerKey | None = None   # the row being fired: completed, never deleted
-    deliveries: int = 0
 
 
 class Host:
@@ -105,6 +82,17 @@ class Host:
         ``_ioprocessors['basichttp']['location']`` (the route the Lambda example serves).
         Basic HTTP sends to such a URL are delivered directly, without a network round trip;
         sends to other URLs get ``error.communication``. ``None`` disables the processor.
+    :param processors: send processors by type name: ``<send type="NAME">`` becomes an
+        outbox row handed to ``processors[NAME]`` (a :class:`SendProcessor` or a plain
+        callable taking a :class:`~statebound.host.processors.Delivery`). See ``docs/effects.md``.
+    :param invokers: invoke handlers by type name: ``<invoke type="NAME">`` becomes an outbox
+        row whose handler's ``start`` runs at least once (an :class:`InvokeHandler`).
+    :param outbox_lease_ms: how long an outbox row this host hands over itself, right after
+        its commit, is hidden from sweepers (they take it over if the host died meanwhile).
+    :param deliver_after_commit: hand new outbox rows over in the calling thread right after
+        the commit (the default); ``False`` leaves every row to the sweeper.
+    :param idempotency_retention: how many inbound idempotency keys each instance keeps (the
+        most recent); a repeat of an older key is applied again.
     """
 
     def __init__(self, charts: Iterable[Chart] = (), store: Store | None = None, clock: Clock | None = None, *,
@@ -112,7 +100,10 @@ class Host:
                  conflict_backoff_s: float = 0.001,
                  max_attempts: int = 5, backoff_ms: int = 1_000, codec: str = "msgpack",
                  on_log: Any = None, node_id: str | None = None,
-                 http_base: str | None = "http://statebound.invalid") -> None:
+                 http_base: str | None = "http://statebound.invalid",
+                 processors: Mapping[str, SendProcessor | Any] | None = None,
+                 invokers: Mapping[str, InvokeHandler] | None = None, outbox_lease_ms: int = 30_000,
+                 deliver_after_commit: bool = True, idempotency_retention: int = 100) -> None:
         self.store: Store = store if store is not None else MemoryStore()
         self.clock: Clock = clock if clock is not None else SystemClock()
         self.max_rounds = max_rounds
@@ -126,6 +117,17 @@ class Host:
         self.on_log = on_log
         self.node_id = node_id or "host"
         self.http_base = http_base.rstrip("/") if http_base else None
+        if outbox_lease_ms < 0 or idempotency_retention < 1:
+            raise ValueError("outbox_lease_ms must be >= 0 and idempotency_retention >= 1")
+        #: send processors by type name (see ``processors=``)
+        self.processors: dict[str, Any] = check_processors(processors)
+        #: invoke handlers by type name (see ``invokers=``)
+        self.invokers: dict[str, Any] = check_invokers(invokers)
+        self.outbox_lease_ms = outbox_lease_ms
+        self.deliver_after_commit = deliver_after_commit
+        self.idempotency_retention = idempotency_retention
+        self._invoker_types = frozenset(self.invokers) or None
+        self._outbox = Outbox(self)
         self._charts: dict[str, Chart] = {}
         self._revisions: dict[str, dict[str, Chart]] = {}
         self._interpreters: dict[str, Interpreter] = {}   # by chart identity
@@ -199,10 +201,14 @@ class Host:
 
     # ------------------------------------------------------------------ public calls
     def start(self, chart: Chart | str, instance_id: str, data: Mapping[str, Any] | None = None, *,
-              caller_context: Any = None) -> Position:
+              caller_context: Any = None, idempotency_key: str | None = None) -> Position:
         """Create instance ``instance_id`` running ``chart`` (a Chart or a registered name).
 
+        :param idempotency_key: makes a retried start safe: when the instance already
+            exists because of a start with this key, chart and data, nothing is written and
+            its current position is returned instead of raising ``InstanceExists``.
         :raises InstanceExists: if the id is taken (nothing is written).
+        :raises IdempotencyKeyReused: the key started it with another chart or data.
         :raises UnknownChart: if the chart name is not registered.
         """
         if isinstance(chart, Chart):
@@ -212,36 +218,103 @@ class Host:
         else:
             target = self.chart(chart)
         _check_id(instance_id)
+        key = None if idempotency_key is None else check_key(idempotency_key)
+        fingerprint = b"" if key is None else start_fingerprint(target.name, dict(data) if data else None)
 
         def unit(u: _Unit) -> Position:
-            if self._load(u, instance_id) is not None:
+            e = self._load(u, instance_id)
+            if e is not None:
+                if key is not None and self._seen(e, instance_id, key, fingerprint, "chart or start data"):
+                    return self._result(u, instance_id)
                 raise InstanceExists(instance_id)
             self._start_instance(u, instance_id, target, data, None, None, caller_context)
+            if key is not None:
+                u.entries[instance_id].keys.append(KeyRecord(key, fingerprint))
             self._drain(u)
             return self._result(u, instance_id)
-        return self._run(unit, creating=instance_id)
+        # with a key, a create that lost a race re-runs and finds the winner's key
+        return self._run(unit, creating=instance_id, retry_create=key is not None)
 
-    def send(self, instance_id: str, event: Event | str, data: Any = None, *, caller_context: Any = None) -> Position:
+    def send(self, instance_id: str, event: Event | str, data: Any = None, *, caller_context: Any = None,
+             idempotency_key: str | None = None) -> Position:
         """Deliver an external event and everything it causes; returns the new position.
 
+        :param idempotency_key: apply the event once per key (``Event(idempotency_key=...)``
+            does the same). The key is recorded in the same commit as the event; a repeat
+            with the same event and data writes nothing and returns the instance's current
+            position, even when the first one halted it. Each instance keeps its last
+            ``idempotency_retention`` keys.
         :raises InstanceNotFound: no such instance (nothing written).
         :raises NotRunning: the instance has halted (nothing written).
+        :raises IdempotencyKeyReused: the key was applied with another event or data.
         """
         ev = event if isinstance(event, Event) else Event(event, data)
         if isinstance(event, Event) and data is not None:
             raise TypeError("pass data inside the Event, or pass an event name with data=")
+        key = idempotency_key if idempotency_key is not None else ev.idempotency_key
+        if idempotency_key is not None and ev.idempotency_key not in (None, idempotency_key):
+            raise ValueError("the Event carries another idempotency key than idempotency_key=")
+        if key is not None:
+            check_key(key)
+            ev = replace(ev, idempotency_key=None)   # the chart never sees it
+        fingerprint = b"" if key is None else event_fingerprint(ev)
 
         def unit(u: _Unit) -> Position:
             e = self._load(u, instance_id)
             if e is None:
                 raise InstanceNotFound(instance_id)
             assert e.position is not None
+            if key is not None and self._seen(e, instance_id, key, fingerprint, "event or data"):
+                return self._result(u, instance_id)
             if e.position.status != RUNNING:
                 raise NotRunning(f"instance {instance_id!r} is {e.position.status}", e.position.status)
+            if key is not None:
+                remember_key(e.keys, KeyRecord(key, fingerprint), self.idempotency_retention)
+                e.dirty = True
             u.queue.append((instance_id, ev, caller_context))
             self._drain(u)
             return self._result(u, instance_id)
         return self._run(unit)
+
+    def _seen(self, e: _Entry, instance_id: str, key: str, fingerprint: bytes, what: str) -> bool:
+        """Whether ``key`` was applied already (then the call is a repeat and writes nothing)."""
+        seen = find_key(e.keys, key)
+        if seen is None:
+            return False
+        if seen.fingerprint != fingerprint:
+            raise IdempotencyKeyReused(instance_id, key, what)
+        self.metrics["duplicates"] = self.metrics.get("duplicates", 0) + 1
+        return True
+
+    def complete_invoke(self, instance_id: str, invokeid: str, data: Any = None, *, token: str | None = None,
+                        caller_context: Any = None) -> FireResult:
+        """Finish an invocation whose handler returned :class:`Pending`: the chart gets
+        ``done.invoke.<invokeid>`` with ``data`` (the task-token pattern).
+
+        Delivered only while the invocation is live: its state has not been exited since the
+        handler started it. A late or stale result is discarded, never delivered, and the
+        reason is written on the invocation's row (outcome ``discarded``).
+
+        :param token: the request's ``token``; with it a result meant for an earlier entry of
+            the state is recognised as stale, and a late result is recorded on its own row.
+        :return: outcome ``fired`` (delivered) or ``discarded``, with the reason.
+        :raises InstanceNotFound: no such instance.
+        :raises SerializationError: ``data`` cannot be stored (nothing is written).
+        """
+        _check_storable(data, f"the result of invoke {invokeid!r}")
+        event = Event(f"done.invoke.{invokeid}", data, "external", invokeid=invokeid)
+        return self._outbox.finish_invoke(instance_id, invokeid, token, event, caller_context)
+
+    def fail_invoke(self, instance_id: str, invokeid: str, error: str = "error", cause: Any = None, *,
+                    token: str | None = None, caller_context: Any = None) -> FireResult:
+        """Finish an invocation with a failure: the chart gets ``error.execution`` with
+        ``_event.invokeid`` set and data ``{"invokeid", "error", "cause", "message"}``.
+        Liveness, token and return value as for :meth:`complete_invoke`."""
+        _check_storable(cause, f"the failure cause of invoke {invokeid!r}")
+        data = {"message": f"invoke {invokeid!r} failed: {error}", "invokeid": invokeid, "error": error,
+                "cause": cause}
+        event = Event("error.execution", data, "platform", invokeid=invokeid)
+        return self._outbox.finish_invoke(instance_id, invokeid, token, event, caller_context)
 
     def cancel(self, instance_id: str, *, caller_context: Any = None) -> Position:
         """Cancel a running instance: its states are exited (onexit runs, children are
@@ -279,7 +352,8 @@ class Host:
         self._run(unit)
 
     def pending_timers(self, instance_id: str) -> list[TimerRow]:
-        """The instance's timer rows that have not completed (pending, claimed or dead)."""
+        """The instance's timer and outbox rows that have not completed (pending, claimed,
+        waiting or dead)."""
         return self.store.pending_timers(instance_id)
 
     def dead_timers(self, limit: int = 100) -> list[TimerRow]:
@@ -307,9 +381,13 @@ class Host:
 
         A delivery failure releases the row with backoff (or parks it as dead) and
         returns outcome ``failed``; a row already completed elsewhere returns ``skipped``.
+        An outbox row is handed to its processor or handler (see ``outbox.py``); one whose
+        type this host was not given is ``skipped`` and its claim left to lapse.
         """
         node = node_id or self.node_id
         lag = max(0, self.clock.now_ms() - row.ready_at_ms)
+        if row.kind != TIMER:
+            return self._outbox.fire(row, node, lag)
 
         def unit(u: _Unit) -> tuple[str, str | None]:
             u.protected = row.key
@@ -335,28 +413,33 @@ class Host:
             return outcome, reason
 
         try:
-            outcome, reason = self._run(unit, completion=lambda o: TimerCompletion(row.key, o[0], o[1], node),
-                                        fired=row)
+            outcome, reason = self._run(unit, completion=lambda o: TimerCompletion(row.key, o[0], o[1], node))
         except _AlreadyDone:
             return FireResult(row.key, "skipped", "completed elsewhere", lag)
         except Exception as exc:  # a delivery failure must not lose the row
             attempts = row.attempts + 1
-            dead = attempts >= self.max_attempts
-            delay = self.backoff_ms * (2 ** (attempts - 1))
-            self.store.release(row.key, node, error=f"{type(exc).__name__}: {exc}",
-                               next_attempt_at_ms=self.clock.now_ms() + delay, dead=dead)
-            self.metrics["failed"] = self.metrics.get("failed", 0) + 1
-            if dead:
-                self.metrics["dead"] = self.metrics.get("dead", 0) + 1
-            log.warning("timer %s delivery failed (attempt %d%s): %s", row.key, attempts,
-                        ", parked as dead" if dead else "", exc)
+            self._release(row, node, f"{type(exc).__name__}: {exc}", attempts)
             return FireResult(row.key, "failed", str(exc), lag)
-        self.metrics[outcome] = self.metrics.get(outcome, 0) + 1
+        self._count(outcome)
         return FireResult(row.key, outcome, reason, lag)
+
+    def _release(self, row: TimerRow, node: str, error: str, attempts: int) -> None:
+        """A failed delivery: back off exponentially, or park the row after ``max_attempts``."""
+        dead = attempts >= self.max_attempts
+        delay = self.backoff_ms * (2 ** (attempts - 1))
+        self.store.release(row.key, node, error=error, next_attempt_at_ms=self.clock.now_ms() + delay, dead=dead)
+        self._count("failed")
+        if dead:
+            self._count("dead")
+        log.warning("row %s delivery failed (attempt %d%s): %s", row.key, attempts,
+                    ", parked as dead" if dead else "", error)
+
+    def _count(self, outcome: str) -> None:
+        self.metrics[outcome] = self.metrics.get(outcome, 0) + 1
 
     # ------------------------------------------------------------------ the unit of work
     def _run(self, fn: Any, *, creating: str | None = None, completion: Any = None,
-             fired: TimerRow | None = None) -> Any:
+             retry_create: bool = False) -> Any:
         last: ConflictError | None = None
         for attempt in range(self.max_conflict_retries):
             if attempt:
@@ -370,17 +453,22 @@ class Host:
                 if not commit.empty:
                     self.store.commit(commit)
                     self.metrics["commits"] += 1
-                return result
             except ConflictError as exc:
                 self.metrics["conflicts"] += 1
                 last = exc
-                if creating is not None and exc.instance_id == creating:
+                if creating is not None and exc.instance_id == creating and not retry_create:
                     raise InstanceExists(creating) from None
-                if fired is not None:
-                    cur = self.store.get_timer(fired.key)
+                c = commit.complete
+                if c is not None:
+                    # a row finished by someone else cannot be finished by a retry
+                    cur = self.store.get_timer(c.key)
                     if cur is None or cur.state in (DONE, DEAD) or (
-                            cur.state == CLAIMED and cur.claimed_by not in (None, completion(result).node_id)):
+                            c.node_id is not None and cur.state == CLAIMED and cur.claimed_by not in (None, c.node_id)):
                         raise _AlreadyDone() from None
+                continue
+            if u.deliver:
+                self._outbox.after_commit([r for r in commit.timers_put if r.key in u.deliver])
+            return result
         assert last is not None
         raise last
 
@@ -396,7 +484,7 @@ class Host:
             assert e.position is not None
             blob = e.position.to_bytes(self.codec)
             writes.append(PositionWrite(iid, e.chart_name, None if e.record is None else e.record.version, blob,
-                                        e.position.status, tuple(e.refs), e.parent))
+                                        e.position.status, tuple(e.refs), e.parent, tuple(e.keys)))
         deleted = {iid for iid, e in u.entries.items() if e.deleted}
         puts = tuple(r for r in u.puts.values() if r.instance_id not in deleted)
         dels = tuple(k for k in dict.fromkeys(u.deletes) if k[0] not in deleted and k != u.protected)
@@ -410,20 +498,23 @@ class Host:
         if rec is None:
             return None
         pos = Position.from_bytes(rec.blob, self._chart_for_blob(rec.chart, rec.blob))
-        e = _Entry(rec, self._stamp(u, pos), rec.chart, list(rec.timers), rec.parent)
+        e = _Entry(rec, self._stamp(u, pos), rec.chart, list(rec.timers), rec.parent, keys=list(rec.idempotency))
         u.entries[instance_id] = e
         return e
 
     def _stamp(self, u: _Unit, pos: Position) -> Position:
         def routes(session_id: str) -> bool:
             return self._load(u, session_id) is not None
-        return pos.restamp(routes=routes, ioprocessors=self._ioprocessors(pos.session_id))
+        return pos.restamp(routes=routes, ioprocessors=self._ioprocessors(pos.session_id),
+                           invokers=self._invoker_types)
 
     def _ioprocessors(self, instance_id: str) -> dict[str, Any] | None:
-        if self.http_base is None:
-            return None
-        loc = {"location": self.http_location(instance_id)}
-        return {BASICHTTP_PROCESSOR: loc, "basichttp": loc}
+        # every send processor is an I/O processor the chart may name (SCXML 5.10's _ioprocessors)
+        iop: dict[str, Any] = {name: {} for name in self.processors}
+        if self.http_base is not None:
+            loc = {"location": self.http_location(instance_id)}
+            iop.update({BASICHTTP_PROCESSOR: loc, "basichttp": loc})
+        return iop or None
 
     def http_location(self, instance_id: str) -> str:
         """The Basic HTTP location of an instance (``POST`` events there)."""
@@ -447,7 +538,7 @@ class Host:
         seed = self._stamp(u, Position(interp.chart, instance_id, RUNNING, ()))
         pos, effects = interp.start(instance_id, data, parent=parent, invokeid=invokeid, routes=seed.routes,
                                     ioprocessors=seed.ioprocessors, caller_context=caller_context,
-                                    only_declared=parent is not None)
+                                    only_declared=parent is not None, invokers=seed.invokers)
         e.position, e.dirty = pos, True
         self.metrics["drives"] += 1
         self._apply(u, instance_id, effects, caller_context)
@@ -477,25 +568,40 @@ class Host:
             e = self._load(u, iid)
             if e is None or e.position is None:
                 continue
-            pos = e.position
-            ordinal = pos.ordinal + 1
-            e.position = _bump_ordinal(pos)
-            e.dirty = True
+            ordinal = self._next_ordinal(e)
             row = TimerRow(iid, ordinal, iid, now, f"sb.spill.{ordinal}", ev.to_dict(), caller_context=ctx)
             u.puts[row.key] = row
             e.refs.append(TimerRef(ordinal, row.send_id))
+
+    @staticmethod
+    def _next_ordinal(e: _Entry) -> int:
+        """Take the instance's next ordinal for a row the host writes (an outbox row, a spill)."""
+        assert e.position is not None
+        e.position = _bump_ordinal(e.position)
+        e.dirty = True
+        return e.position.ordinal
 
     def _apply(self, u: _Unit, iid: str, effects: tuple[Any, ...], ctx: Any) -> None:
         e = u.entries[iid]
         pos = e.position
         assert pos is not None
+        processors = self.processors
         for eff in effects:
             t = type(eff)
             if t is Send:
+                if eff.type in processors:
+                    self._outbox.send(u, iid, eff, ctx)
+                    continue
                 dest, ev = self._route(iid, pos, eff.target, eff)
+                if dest is not None and _to_invoked(eff) and \
+                        self._outbox.forward(u, iid, eff.target[2:], ev, ctx, eff.send_id):
+                    continue  # <send target="#_id"> to a handler's invocation
                 if dest is not None:
                     u.queue.append((dest, ev, ctx))
             elif t is SendDelayed:
+                if eff.type in processors:
+                    self._outbox.send(u, iid, eff, ctx)
+                    continue
                 dest, ev = self._route(iid, pos, eff.target, eff)
                 if dest is None:
                     continue
@@ -517,13 +623,19 @@ class Host:
                         keep.append(ref)
                 e.refs[:] = keep
             elif t is Invoke:
-                self._invoke(u, iid, pos, eff, ctx)
+                if eff.type in self.invokers:
+                    self._outbox.invoke(u, iid, eff, ctx)
+                else:
+                    self._invoke(u, iid, pos, eff, ctx)
             elif t is CancelInvoke:
+                if self._outbox.cancel_invoke(u, iid, eff.invokeid):
+                    continue
                 cid = child_instance_id(iid, eff.invokeid)
                 if self._load(u, cid) is not None:
                     self._delete_instance(u, cid)
             elif t is Autoforward:
-                u.queue.append((child_instance_id(iid, eff.invokeid), eff.event, ctx))
+                if not self._outbox.forward(u, iid, eff.invokeid, eff.event, ctx):
+                    u.queue.append((child_instance_id(iid, eff.invokeid), eff.event, ctx))
             elif t is Done:
                 if pos.parent is not None and pos.invokeid is not None:
                     u.queue.append((pos.parent, Event(f"done.invoke.{pos.invokeid}", eff.donedata, "external",
@@ -587,6 +699,8 @@ class Host:
             # Run-time children are loaded under the parent's policy: its src containment, and
             # an untrusted parent's children are untrusted too.
             if chart is None and eff.content is not None:
+                if not isinstance(eff.content, str):
+                    raise ChartError("an SCXML <invoke>'s <content expr> must give the child's document as a string")
                 name = f"{pos.chart.name}/{eff.state}.dyn{zlib.crc32(eff.content.encode('utf-8', 'replace'))}"
                 chart = compile_content_child(pos.chart, eff.content, name)
             elif chart is None and eff.src:
@@ -622,13 +736,21 @@ class Host:
             e.dirty = True
 
 
-class _AlreadyDone(Exception):
-    """Internal: the row being fired was completed by someone else."""
-
 
 def _bump_ordinal(pos: Position) -> Position:
-    from dataclasses import replace
     return replace(pos, ordinal=pos.ordinal + 1)
+
+
+def _to_invoked(eff: Send) -> bool:
+    """Whether an SCXML send targets an invocation (``#_<invokeid>``)."""
+    t = eff.target
+    return (eff.type == SCXML_PROCESSOR and t is not None and t.startswith("#_")
+            and not t.startswith("#_scxml_") and t not in ("#_parent", "#_internal"))
+
+
+def _check_storable(value: Any, what: str) -> None:
+    from .store import pack_field
+    pack_field(value, what)
 
 
 def _check_id(instance_id: str) -> None:
@@ -639,6 +761,3 @@ def _check_id(instance_id: str) -> None:
     if "::" in instance_id:
         raise ValueError("'::' is reserved for invoked child ids")
 
-
-# keep these names importable for type checkers
-_ = (PENDING,)

@@ -12,8 +12,8 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from ..exceptions import ConflictError
-from .store import (CLAIMED, DEAD, DONE, PENDING, Commit, PositionRecord, TimerKey, TimerRow, check_instance_id,
-                    commit_instance_ids)
+from .store import (CLAIMED, DEAD, DONE, PENDING, Commit, PositionRecord, TimerCompletion, TimerKey, TimerRow,
+                    check_instance_id, commit_instance_ids)
 
 __all__ = ["MemoryStore"]
 
@@ -68,22 +68,27 @@ class MemoryStore:
                     continue
                 version = 1 if w.expected_version is None else w.expected_version + 1
                 self._positions[w.instance_id] = PositionRecord(
-                    w.instance_id, w.chart, version, w.blob, w.status, tuple(w.timers), w.parent)
+                    w.instance_id, w.chart, version, w.blob, w.status, tuple(w.timers), w.parent,
+                    tuple(w.idempotency))
             for k in commit.timers_delete:
                 self._timers.pop(k, None)
             for row in commit.timers_put:
                 self._timers[row.key] = row
             if commit.complete is not None:
-                c = commit.complete
-                row = self._timers.get(c.key)
-                if row is not None:
-                    if self._keep_done:
-                        self._timers[c.key] = replace(row, state=DONE, outcome=c.outcome,
-                                                      reason=c.reason, claimed_by=None,
-                                                      claim_expires_ms=None)
-                    else:
-                        del self._timers[c.key]
+                self._complete(commit.complete)
             self.commits += 1
+
+    def _complete(self, c: TimerCompletion) -> None:
+        row = self._timers.get(c.key)
+        if row is None:
+            return
+        if c.state == DONE and not self._keep_done:
+            del self._timers[c.key]
+            return
+        if c.state == DEAD:
+            row = replace(row, attempts=row.attempts + 1, last_error=c.error)
+        self._timers[c.key] = replace(row, state=c.state, outcome=c.outcome, reason=c.reason,
+                                      claimed_by=None, claim_expires_ms=None)
 
     # -- timers ----------------------------------------------------------------
     def _ready(self, row: TimerRow, now_ms: int) -> bool:

@@ -123,12 +123,15 @@ class SendProcessor(Protocol):
 
 @runtime_checkable
 class InvokeHandler(Protocol):
-    """Serves ``<invoke type=...>`` of one type: ``start``, and optionally ``cancel(request)``.
+    """Serves ``<invoke type=...>`` of one type: ``start``, and optionally ``cancel(request)``
+    and ``forward(delivery)``.
 
     ``start`` runs at least once per invocation (idempotent on ``request.idempotency_key``).
     It returns the result data, delivered to the chart as ``done.invoke.<invokeid>``, or a
     :class:`Pending` to finish later. A ``cancel(request)`` method, if present, is called
-    (best effort) when the invoking state is exited before a result arrived.
+    (best effort, once) when the invoking state is exited before a result arrived. A
+    ``forward(delivery)`` method, if present, receives the events the chart autoforwards or
+    sends to ``#_<invokeid>``, at least once each, like a :class:`SendProcessor`.
     """
 
     def start(self, request: InvokeRequest) -> Any:

@@ -7,15 +7,17 @@ processes may share.
 Schema (version :data:`SCHEMA_VERSION`, recorded in the ``meta`` table):
 
 * ``positions``: one row per instance (``instance_id`` primary key), with the blob, the
-  integer ``version`` for optimistic concurrency, ``chart``, ``status``, ``parent`` and
-  ``timers`` (the pending timer refs, msgpack-encoded).
-* ``timers``: one row per durable timer, primary key ``(instance_id, ordinal)``. The event,
-  dedup fields and caller context are msgpack-encoded. ``ready_at_ms`` is
+  integer ``version`` for optimistic concurrency, ``chart``, ``status``, ``parent``,
+  ``timers`` (the pending timer refs, msgpack-encoded) and ``idempotency`` (the retained
+  inbound idempotency keys, msgpack-encoded; ``NULL`` for none).
+* ``timers``: one row per durable timer or outbox entry (``kind``), primary key
+  ``(instance_id, ordinal)``. The event, dedup fields and caller context are
+  msgpack-encoded. ``ready_at_ms`` is
   ``max(due_at_ms, next_attempt_at_ms)``, kept by the store so that the index
   ``timers_ready(ready_at_ms, instance_id, ordinal) WHERE state = 'pending'`` hands out
   ready rows earliest first without a sort. Partial indexes ``timers_lease`` (claims by
   lease expiry) and ``timers_dead`` serve lapsed claims and the dead-letter listing; done
-  rows are in no index.
+  rows are in no index, and neither are ``waiting`` rows (an invoke handler answers later).
 
 Concurrency: every call that writes runs in one ``BEGIN IMMEDIATE`` transaction, which
 takes SQLite's single write lock up front. A commit's version checks and its writes
@@ -38,14 +40,14 @@ from typing import Any
 
 
 from ..exceptions import ConflictError, StoreError, StoreUnavailable
-from .store import (CLAIMED, DEAD, DONE, PENDING, Commit, PositionRecord, PositionWrite, TimerKey,
-                    TimerRef, TimerRow, check_instance_id, commit_instance_ids, pack_field,
-                    unpack_field)
+from .store import (CLAIMED, DEAD, DONE, PENDING, TIMER, Commit, KeyRecord, PositionRecord,
+                    PositionWrite, TimerKey, TimerRef, TimerRow, check_instance_id, commit_instance_ids,
+                    pack_field, unpack_field)
 
 __all__ = ["SQLiteStore", "SCHEMA_VERSION"]
 
 #: The schema this code writes. A database recording a newer one is refused.
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 _MIN_SQLITE = (3, 24, 0)
 
@@ -100,12 +102,18 @@ _MIGRATIONS: dict[int, tuple[str, ...]] = {
         f"""CREATE INDEX IF NOT EXISTS timers_dead
                ON timers (instance_id, ordinal) WHERE state = '{DEAD}'""",
     ),
+    # The outbox (send, invoke and cancel rows beside the timers) and inbound idempotency
+    # keys. Both columns have defaults, so a version-1 file upgrades in place.
+    2: (
+        f"ALTER TABLE timers ADD COLUMN kind TEXT NOT NULL DEFAULT '{TIMER}'",
+        "ALTER TABLE positions ADD COLUMN idempotency BLOB",
+    ),
 }
 
 # Column order matches TimerRow's fields; _row_to_timer relies on it.
 _TIMER_COLS = ("instance_id, ordinal, target_id, due_at_ms, send_id, event, name, dedup, "
                "caller_context, state, attempts, next_attempt_at_ms, claimed_by, "
-               "claim_expires_ms, last_error, outcome, reason")
+               "claim_expires_ms, last_error, outcome, reason, kind")
 
 # The state literals are spelled into the SQL, never bound: SQLite uses a partial index only
 # when the query's WHERE clause names the index's own literal. The outer ORDER BY merges at
@@ -144,7 +152,14 @@ _SQL_RETRY = f"""
 
 _SQL_PUT_TIMER = f"""
     INSERT OR REPLACE INTO timers ({_TIMER_COLS}, ready_at_ms)
-    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"""
+    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"""
+
+# One statement for every completion: done, waiting or dead (the last counts the attempt).
+_SQL_COMPLETE = f"""
+    UPDATE timers
+       SET state = ?, outcome = ?, reason = ?, claimed_by = NULL, claim_expires_ms = NULL,
+           attempts = attempts + (? = '{DEAD}'), last_error = ifnull(?, last_error)
+     WHERE instance_id = ? AND ordinal = ?"""
 
 # Well under SQLite's smallest host-parameter limit (999 before 3.32).
 _IN_CHUNK = 500
@@ -200,12 +215,25 @@ def _unpack_refs(data: bytes) -> tuple[TimerRef, ...]:
         raise StoreError(f"corrupt timer refs in SQLite database: {exc}") from exc
 
 
+def _pack_keys(keys: Sequence[KeyRecord]) -> bytes | None:
+    return _pack([[k.key, k.fingerprint] for k in keys], "idempotency keys") if keys else None
+
+
+def _unpack_keys(data: bytes | None) -> tuple[KeyRecord, ...]:
+    if data is None:
+        return ()
+    try:
+        return tuple(KeyRecord(k, bytes(f)) for k, f in _unpack(data, "idempotency keys"))
+    except (TypeError, ValueError) as exc:
+        raise StoreError(f"corrupt idempotency keys in SQLite database: {exc}") from exc
+
+
 def _timer_params(row: TimerRow) -> tuple[Any, ...]:
     return (row.instance_id, row.ordinal, row.target_id, row.due_at_ms, row.send_id,
             _pack(row.event, "timer event"), row.name, _pack(row.dedup, "timer dedup fields"),
             _pack(row.caller_context, "timer caller_context"), row.state, row.attempts,
             row.next_attempt_at_ms, row.claimed_by, row.claim_expires_ms, row.last_error,
-            row.outcome, row.reason, row.ready_at_ms)
+            row.outcome, row.reason, row.kind, row.ready_at_ms)
 
 
 def _row_to_timer(r: Sequence[Any]) -> TimerRow:
@@ -214,7 +242,7 @@ def _row_to_timer(r: Sequence[Any]) -> TimerRow:
         event=_unpack(r[5], "timer event"), name=r[6], dedup=_unpack(r[7], "timer dedup"),
         caller_context=_unpack(r[8], "timer caller_context"), state=r[9], attempts=r[10],
         next_attempt_at_ms=r[11], claimed_by=r[12], claim_expires_ms=r[13], last_error=r[14],
-        outcome=r[15], reason=r[16])
+        outcome=r[15], reason=r[16], kind=r[17] or TIMER)
 
 
 # ----------------------------------------------------------------------------- the store
@@ -420,11 +448,12 @@ class SQLiteStore:
         check_instance_id(instance_id)
         with self._read():
             r = self._execute(
-                "SELECT instance_id, chart, version, blob, status, timers, parent "
+                "SELECT instance_id, chart, version, blob, status, timers, parent, idempotency "
                 "FROM positions WHERE instance_id = ?", (instance_id,)).fetchone()
         if r is None:
             return None
-        return PositionRecord(r[0], r[1], r[2], bytes(r[3]), r[4], _unpack_refs(r[5]), r[6])
+        return PositionRecord(r[0], r[1], r[2], bytes(r[3]), r[4], _unpack_refs(r[5]), r[6],
+                              _unpack_keys(r[7]))
 
     def commit(self, commit: Commit) -> None:
         """Apply the commit in one transaction, or raise and write nothing.
@@ -432,7 +461,8 @@ class SQLiteStore:
         Order (the same as MemoryStore's): position writes, each conditional on its
         expected version; the completion check, against the timer rows as they were
         before this commit; then purges of deleted instances' timers, ``timers_delete``,
-        ``timers_put`` (an upsert) and the completion.
+        ``timers_put`` (an upsert) and the completion (to ``done``, ``waiting`` or
+        ``dead``).
 
         :raises ConflictError: a stale version, a create of an existing instance, or a
             completion of a row that is gone, done, dead or claimed by another node.
@@ -443,34 +473,36 @@ class SQLiteStore:
         for instance_id in commit_instance_ids(commit):
             check_instance_id(instance_id)
         # Encode before taking the write lock, so a bad value costs other writers nothing.
-        writes = [(w, None if w.blob is None else _pack_refs(w.timers)) for w in commit.writes]
+        writes = [(w, None if w.blob is None else (_pack_refs(w.timers), _pack_keys(w.idempotency)))
+                  for w in commit.writes]
         puts = [_timer_params(row) for row in commit.timers_put]
         with self._write():
-            purged: list[str] = []
-            for w, refs in writes:
-                self._write_position(w, refs)
-                if w.blob is None:
-                    purged.append(w.instance_id)
-            c = commit.complete
-            if c is not None:
-                self._check_completion(c.key, c.node_id)
-            for instance_id in purged:
-                self._execute("DELETE FROM timers WHERE instance_id = ?", (instance_id,))
-            for key in commit.timers_delete:
-                self._execute("DELETE FROM timers WHERE instance_id = ? AND ordinal = ?", key)
-            for params in puts:
-                self._execute(_SQL_PUT_TIMER, params)
-            if c is not None:
-                if self._keep_done:
-                    self._execute(
-                        f"UPDATE timers SET state = '{DONE}', outcome = ?, reason = ?, "
-                        "claimed_by = NULL, claim_expires_ms = NULL "
-                        "WHERE instance_id = ? AND ordinal = ?", (c.outcome, c.reason, *c.key))
-                else:
-                    self._execute("DELETE FROM timers WHERE instance_id = ? AND ordinal = ?",
-                                  c.key)
+            self._apply(commit, writes, puts)
 
-    def _write_position(self, w: PositionWrite, refs: bytes | None) -> None:
+    def _apply(self, commit: Commit, writes: list[tuple[PositionWrite, tuple[bytes, bytes | None] | None]],
+               puts: list[tuple[Any, ...]]) -> None:
+        """The statements of one commit, inside a transaction the caller holds."""
+        purged: list[str] = []
+        for w, packed in writes:
+            self._write_position(w, packed)
+            if w.blob is None:
+                purged.append(w.instance_id)
+        c = commit.complete
+        if c is not None:
+            self._check_completion(c.key, c.node_id)
+        for instance_id in purged:
+            self._execute("DELETE FROM timers WHERE instance_id = ?", (instance_id,))
+        for key in commit.timers_delete:
+            self._execute("DELETE FROM timers WHERE instance_id = ? AND ordinal = ?", key)
+        for params in puts:
+            self._execute(_SQL_PUT_TIMER, params)
+        if c is not None:
+            if c.state == DONE and not self._keep_done:
+                self._execute("DELETE FROM timers WHERE instance_id = ? AND ordinal = ?", c.key)
+            else:
+                self._execute(_SQL_COMPLETE, (c.state, c.outcome, c.reason, c.state, c.error, *c.key))
+
+    def _write_position(self, w: PositionWrite, packed: tuple[bytes, bytes | None] | None) -> None:
         iid = w.instance_id
         if w.blob is None:
             if w.expected_version is None:
@@ -483,19 +515,21 @@ class SQLiteStore:
             if n != 1:
                 raise ConflictError(f"version of {iid!r} moved", iid, self._current_version(iid))
             return
+        assert packed is not None
+        refs, keys = packed
         if w.expected_version is None:
             n = self._execute(
-                "INSERT INTO positions (instance_id, chart, version, blob, status, timers, parent) "
-                "VALUES (?, ?, 1, ?, ?, ?, ?) ON CONFLICT (instance_id) DO NOTHING",
-                (iid, w.chart, w.blob, w.status, refs, w.parent)).rowcount
+                "INSERT INTO positions (instance_id, chart, version, blob, status, timers, parent, "
+                "idempotency) VALUES (?, ?, 1, ?, ?, ?, ?, ?) ON CONFLICT (instance_id) DO NOTHING",
+                (iid, w.chart, w.blob, w.status, refs, w.parent, keys)).rowcount
             if n != 1:
                 raise ConflictError(f"instance {iid!r} already exists", iid,
                                     self._current_version(iid))
             return
         n = self._execute(
             "UPDATE positions SET chart = ?, version = version + 1, blob = ?, status = ?, "
-            "timers = ?, parent = ? WHERE instance_id = ? AND version = ?",
-            (w.chart, w.blob, w.status, refs, w.parent, iid, w.expected_version)).rowcount
+            "timers = ?, parent = ?, idempotency = ? WHERE instance_id = ? AND version = ?",
+            (w.chart, w.blob, w.status, refs, w.parent, keys, iid, w.expected_version)).rowcount
         if n != 1:
             raise ConflictError(f"version of {iid!r} moved", iid, self._current_version(iid))
 
@@ -546,8 +580,8 @@ class SQLiteStore:
             return self._execute(_SQL_NEXT_DUE).fetchone()[0]
 
     def pending_timers(self, instance_id: str) -> list[TimerRow]:
-        """The rows scheduled by ``instance_id`` that are not done (pending, claimed or
-        dead), by ordinal."""
+        """The rows scheduled by ``instance_id`` that are not done (pending, claimed,
+        waiting or dead), by ordinal."""
         check_instance_id(instance_id)
         with self._read():
             rows = self._execute(

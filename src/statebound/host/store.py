@@ -3,16 +3,22 @@
 A backend stores two kinds of record:
 
 * a **position record** per instance: the blob, an integer version for optimistic
-  concurrency, the chart name and status, and the list of the instance's pending
-  timer refs (so that a cancel by ``send_id`` never needs a scan);
-* a **timer row** per pending delayed send, keyed by ``(instance_id, ordinal)`` where
-  ``instance_id`` is the *scheduling* instance. ``target_id`` is the instance that
-  receives the event (the same instance, its parent, or a child).
+  concurrency, the chart name and status, the list of the instance's pending
+  timer refs (so that a cancel by ``send_id`` never needs a scan), and the instance's
+  most recent inbound idempotency keys (:class:`KeyRecord`);
+* a **row** per pending delayed send or outbox entry, keyed by ``(instance_id, ordinal)``
+  where ``instance_id`` is the *scheduling* instance. A row's ``kind`` says what firing
+  it means: a ``timer`` delivers an event to ``target_id`` (the same instance, its parent,
+  or a child); a ``send`` hands a ``<send>`` to a send processor; an ``invoke`` starts an
+  invoke handler; a ``cancel`` calls an invoke handler's cancel hook. Every kind shares
+  one machinery: due times, claims, attempts with backoff, the dead state.
 
 Every host call ends in exactly one :meth:`Store.commit`, which the backend applies
 atomically: all position writes (each conditional on the version loaded), the new
 timer rows, the deleted (cancelled) rows and the completion of the fired row, or
-nothing at all. A failed version condition raises :class:`~statebound.ConflictError`
+nothing at all. A completion usually marks the row ``done``; it may instead park it as
+``waiting`` (an invoke handler will answer later) or ``dead`` (a delivery that failed for
+good, in the same commit that tells the chart so). A failed version condition raises :class:`~statebound.ConflictError`
 and writes nothing; the host reloads and retries.
 
 Backends live one per file: ``host/memory.py``, ``host/sqlite.py``, ``dynamodb/store.py``.
@@ -37,10 +43,10 @@ import msgpack
 from ..exceptions import InvalidInstanceId, SerializationError, StoreError
 
 __all__ = [
-    "TimerRef", "PositionRecord", "TimerRow", "TimerKey", "PositionWrite",
+    "TimerRef", "KeyRecord", "PositionRecord", "TimerRow", "TimerKey", "PositionWrite",
     "TimerCompletion", "Commit", "Store", "pack_field", "unpack_field", "check_instance_id",
     "commit_instance_ids",
-    "PENDING", "CLAIMED", "DEAD", "DONE",
+    "PENDING", "CLAIMED", "WAITING", "DEAD", "DONE", "TIMER", "SEND", "INVOKE", "CANCEL", "ROW_KINDS",
 ]
 
 
@@ -83,11 +89,20 @@ def unpack_field(raw: bytes, what: str) -> Any:
         raise StoreError(f"stored {what} is not valid msgpack: {exc}") from exc
 
 
-#: Timer row states.
+#: Row states. ``waiting`` rows (an invoke handler answered "later") are in no due index:
+#: only ``complete_invoke``/``fail_invoke`` or the invoking state's exit finish them.
 PENDING = "pending"
 CLAIMED = "claimed"
+WAITING = "waiting"
 DEAD = "dead"
 DONE = "done"
+
+#: Row kinds: what firing the row does (see the module docstring).
+TIMER = "timer"
+SEND = "send"
+INVOKE = "invoke"
+CANCEL = "cancel"
+ROW_KINDS = (TIMER, SEND, INVOKE, CANCEL)
 
 #: ``(instance_id, ordinal)``: the primary key of a timer row.
 TimerKey = tuple[str, int]
@@ -103,6 +118,19 @@ class TimerRef:
 
 
 @dataclass(frozen=True, slots=True)
+class KeyRecord:
+    """One inbound idempotency key an instance has applied, kept beside its position.
+
+    :ivar key: the caller's ``idempotency_key``.
+    :ivar fingerprint: a digest of what was sent with it (event name and data, or the start
+        data), so a reuse of the key for something else can be refused.
+    """
+
+    key: str
+    fingerprint: bytes
+
+
+@dataclass(frozen=True, slots=True)
 class PositionRecord:
     """A stored instance, as returned by :meth:`Store.load`.
 
@@ -114,6 +142,8 @@ class PositionRecord:
         the liveness check needs no decode.
     :ivar timers: refs to the instance's pending timer rows (it is the scheduler).
     :ivar parent: the parent instance id for an invoked child, else ``None``.
+    :ivar idempotency: the most recent inbound idempotency keys applied, oldest first
+        (the host bounds how many are kept).
     """
 
     instance_id: str
@@ -123,30 +153,35 @@ class PositionRecord:
     status: str
     timers: tuple[TimerRef, ...] = ()
     parent: str | None = None
+    idempotency: tuple[KeyRecord, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
 class TimerRow:
-    """One durable timer.
+    """One durable row: a timer, or an outbox entry (see ``kind``).
 
     :ivar instance_id: the scheduling instance (key part 1; ``cancel`` scope).
     :ivar ordinal: the ``SendDelayed.ordinal`` (key part 2).
     :ivar target_id: the instance that receives the event when it fires.
     :ivar due_at_ms: epoch ms, computed once at commit (``now + delay_ms`` or ``at_ms``).
     :ivar send_id: the send id (cancellation key together with ``instance_id``).
-    :ivar event: the event to deliver, as :meth:`statebound.Event.to_dict`.
+    :ivar event: the row's payload. For a ``timer``, the event to deliver, as
+        :meth:`statebound.Event.to_dict`; for the outbox kinds, what the processor or
+        handler is handed (see ``host/outbox.py``).
     :ivar name: the ``<sb:timeout>`` name, if the row is a named timeout.
     :ivar dedup: the dedup fields of the ``SendDelayed`` (macrostep, microstep, round,
         c_index, owner, id_from_author), kept as row data for operators.
     :ivar caller_context: the opaque host value of the scheduling event.
-    :ivar state: ``pending``, ``claimed``, ``dead`` or ``done``.
+    :ivar state: ``pending``, ``claimed``, ``waiting``, ``dead`` or ``done``.
     :ivar attempts: failed delivery attempts so far.
     :ivar next_attempt_at_ms: when a released row may be tried again (backoff), or ``None``.
     :ivar claimed_by: node id of the sweeper holding the claim, if claimed.
     :ivar claim_expires_ms: when that claim lapses (a dead sweeper's lease runs out).
     :ivar last_error: text of the last delivery failure.
-    :ivar outcome: for ``done`` rows: ``fired``, ``discarded`` or ``stale``.
+    :ivar outcome: for ``done`` rows: ``fired``, ``discarded`` or ``stale`` (timers and
+        invoke results), ``delivered`` (sends) or ``cancelled`` (invokes).
     :ivar reason: why a row was discarded, e.g. ``"instance not found"``.
+    :ivar kind: ``timer``, ``send``, ``invoke`` or ``cancel``.
     """
 
     instance_id: str
@@ -166,6 +201,7 @@ class TimerRow:
     last_error: str | None = None
     outcome: str | None = None
     reason: str | None = None
+    kind: str = TIMER
 
     @property
     def key(self) -> TimerKey:
@@ -189,6 +225,8 @@ class PositionWrite:
     :ivar blob: the new blob, or ``None`` to delete the instance and purge all its
         timer rows (the ones it scheduled).
     :ivar timers: the instance's pending timer refs after this commit.
+    :ivar idempotency: the instance's retained idempotency keys after this commit (the
+        whole list: a write replaces it).
     """
 
     instance_id: str
@@ -198,26 +236,39 @@ class PositionWrite:
     status: str
     timers: tuple[TimerRef, ...] = ()
     parent: str | None = None
+    idempotency: tuple[KeyRecord, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
 class TimerCompletion:
-    """Marks the fired row done in the same commit.
+    """Finishes the fired row in the same commit.
 
-    The backend must check the row still exists and is not done (and, when ``node_id``
-    is given, that the claim is this node's); otherwise it raises ``ConflictError`` and
-    writes nothing, which is what makes a fire happen exactly once.
+    The backend must check the row still exists and is neither done nor dead (and, when
+    ``node_id`` is given, that it is not claimed by another node); otherwise it raises
+    ``ConflictError`` and writes nothing, which is what makes a fire happen exactly once.
+
+    ``state`` is where the row goes: ``done`` (with ``outcome`` and ``reason``),
+    ``waiting`` (an invoke handler will answer later: out of every due index, still
+    completable) or ``dead`` (``attempts + 1`` and ``error`` as ``last_error``: a delivery
+    that failed for good, parked in the commit that gives the chart its error event).
+    The claim is cleared in every case.
     """
 
     key: TimerKey
-    outcome: str  # "fired" | "discarded" | "stale"
+    outcome: str | None  # done: "fired" | "discarded" | "stale" | "delivered" | "cancelled"
     reason: str | None = None
     node_id: str | None = None
+    state: str = DONE
+    error: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class Commit:
-    """Everything one host call writes, applied atomically by :meth:`Store.commit`."""
+    """Everything one host call writes, applied atomically by :meth:`Store.commit`.
+
+    Kept a plain value of independent parts so that a backend can later apply several
+    commits in one transaction (group commit) or append more record kinds (history).
+    """
 
     writes: tuple[PositionWrite, ...] = ()
     timers_put: tuple[TimerRow, ...] = ()
@@ -263,7 +314,8 @@ class Store(Protocol):
         ...
 
     def pending_timers(self, instance_id: str) -> list[TimerRow]:
-        """The not-yet-done rows scheduled by this instance (pending, claimed or dead), by ordinal."""
+        """The not-yet-done rows scheduled by this instance (pending, claimed, waiting or
+        dead), by ordinal."""
         ...
 
     def dead_timers(self, limit: int = 100) -> Sequence[TimerRow]:

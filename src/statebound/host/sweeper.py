@@ -30,6 +30,9 @@ class SweepReport:
     """What one ``run_once`` did.
 
     :ivar lag_ms: for each fired row, how late it fired relative to its due time.
+    :ivar delivered: outbox sends handed to their processors.
+    :ivar waiting: invocations whose handler will answer later.
+    :ivar cancelled: invocations cancelled (their cancel hooks called).
     """
 
     fired: int = 0
@@ -38,11 +41,15 @@ class SweepReport:
     failed: int = 0
     skipped: int = 0
     lag_ms: tuple[int, ...] = ()
+    delivered: int = 0
+    waiting: int = 0
+    cancelled: int = 0
 
     @property
     def total(self) -> int:
         """Rows handled in this sweep."""
-        return self.fired + self.discarded + self.stale + self.failed + self.skipped
+        return (self.fired + self.discarded + self.stale + self.failed + self.skipped + self.delivered
+                + self.waiting + self.cancelled)
 
     @property
     def max_lag_ms(self) -> int:
@@ -62,15 +69,15 @@ class SweeperMetrics:
     skipped: int = 0
     max_lag_ms: int = 0
     last_lag_ms: list[int] = field(default_factory=list)
+    delivered: int = 0
+    waiting: int = 0
+    cancelled: int = 0
 
     def add(self, report: SweepReport) -> None:
         """Fold one sweep's report in."""
         self.sweeps += 1
-        self.fired += report.fired
-        self.discarded += report.discarded
-        self.stale += report.stale
-        self.failed += report.failed
-        self.skipped += report.skipped
+        for name in _COUNTS:
+            setattr(self, name, getattr(self, name) + getattr(report, name))
         self.max_lag_ms = max(self.max_lag_ms, report.max_lag_ms)
         self.last_lag_ms = list(report.lag_ms)
 
@@ -159,17 +166,21 @@ class Sweeper:
             self.host.clock.sleep(seconds)
 
 
+#: The outcome counters of a report, one per :class:`FireResult` outcome.
+_COUNTS = ("fired", "discarded", "stale", "failed", "skipped", "delivered", "waiting", "cancelled")
+
+
 def _report(results: list[FireResult]) -> SweepReport:
-    counts = {"fired": 0, "discarded": 0, "stale": 0, "failed": 0, "skipped": 0}
+    counts = dict.fromkeys(_COUNTS, 0)
     lags = []
     for r in results:
-        counts[r.outcome] = counts.get(r.outcome, 0) + 1
-        if r.outcome == "fired":
+        if r.outcome in counts:
+            counts[r.outcome] += 1
+        if r.outcome in ("fired", "delivered"):
             lags.append(r.lag_ms)
     return SweepReport(lag_ms=tuple(lags), **counts)
 
 
 def _merge(reports: list[SweepReport]) -> SweepReport:
-    return SweepReport(sum(r.fired for r in reports), sum(r.discarded for r in reports),
-                       sum(r.stale for r in reports), sum(r.failed for r in reports),
-                       sum(r.skipped for r in reports), tuple(x for r in reports for x in r.lag_ms))
+    return SweepReport(lag_ms=tuple(x for r in reports for x in r.lag_ms),
+                       **{name: sum(getattr(r, name) for r in reports) for name in _COUNTS})

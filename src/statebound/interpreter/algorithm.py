@@ -116,6 +116,7 @@ class Machine(ContentMixin):
         self.current_event: str | None = None
         self.current_sendid: str | None = None
         self.ioprocessors: Any = None
+        self.invokers: Any = None
         self.start_data: dict[str, Any] | None = None
 
     # ------------------------------------------------------------------ main loop

@@ -12,7 +12,8 @@ from typing import Any
 import msgpack
 
 from ..chart.compiler import parse_duration, parse_instant
-from ..chart.model import (Action, Assign, CancelAction, DoneData, Foreach, If, InvokeSpec, LogAction, Param,
+from ..chart.model import (INVOKE_SCXML_TYPES, Action, Assign, CancelAction, DoneData, Foreach, If, InvokeSpec,
+                           LogAction, Param,
                            Raise, Script, SendAction, StateNode, TimeoutSpec)
 from ..datamodel.base import check_serializable
 from ..effects import Autoforward, Cancel, CancelInvoke, Done, Invoke, Log, Send, SendDelayed
@@ -24,9 +25,6 @@ __all__ = ["ContentMixin", "SCXML_TYPES", "INVOKE_SCXML_TYPES"]
 
 #: Spellings of the SCXML event I/O processor type accepted on ``<send type>``.
 SCXML_TYPES = frozenset({SCXML_PROCESSOR, "scxml", "http://www.w3.org/TR/scxml/#SCXMLEventProcessor/"})
-#: Spellings of the SCXML invoke type accepted on ``<invoke type>``.
-INVOKE_SCXML_TYPES = frozenset({"http://www.w3.org/TR/scxml/", "http://www.w3.org/TR/scxml", "scxml",
-                                SCXML_PROCESSOR})
 _BASICHTTP_TYPES = frozenset({BASICHTTP_PROCESSOR, "basichttp"})
 
 
@@ -219,11 +217,14 @@ class ContentMixin:
         iop = getattr(self, "ioprocessors", None) or {}
         if typ in _BASICHTTP_TYPES and (BASICHTTP_PROCESSOR in iop or "basichttp" in iop):
             typ = BASICHTTP_PROCESSOR
-        elif typ not in SCXML_TYPES:
-            raise _with_id(EvaluationError(f"<send type={typ!r}> is not a supported event I/O processor"),
-                           send_id)
-        else:
+        elif typ in SCXML_TYPES:
             typ = SCXML_PROCESSOR
+        elif typ not in iop or typ in _BASICHTTP_TYPES:
+            offered = sorted({"scxml", *(k for k in iop if "://" not in k)})
+            raise _with_id(EvaluationError(
+                f"<send type={typ!r}> names no event I/O processor this host offers ({', '.join(offered)}); "
+                f"a host sends it once given one: Host(processors={{{typ!r}: ...}})"), send_id)
+        # else: a host send processor; the host writes it to its outbox
         stamp = self.stamp()
         origin = f"#_scxml_{m.session_id}"  # type: ignore[attr-defined]
         name = event or ""
@@ -293,19 +294,30 @@ class ContentMixin:
             if spec.idlocation is not None:
                 ctx.assign(spec.idlocation, invokeid)
             typ = spec.type if spec.typeexpr is None else ctx.evaluate(spec.typeexpr)
-            if typ not in (None, "") and typ not in INVOKE_SCXML_TYPES:
-                raise EvaluationError(f"<invoke type={typ!r}> is not supported (only SCXML)")
+            handler = typ not in (None, "") and typ not in INVOKE_SCXML_TYPES
+            if handler and typ not in (getattr(self, "invokers", None) or ()):
+                raise EvaluationError(
+                    f"<invoke type={typ!r}> names no invoke handler this host serves (it runs SCXML "
+                    f"children itself); a host starts it once given one: Host(invokers={{{typ!r}: ...}})")
             src = spec.src if spec.srcexpr is None else str(ctx.evaluate(spec.srcexpr))
             data = self._params(spec.namelist, spec.params)
             content = self._content(spec.content) if spec.content is not None else None
             check_serializable(data, "invoke data")
+            if handler:
+                check_serializable(content, "invoke content")
         except EvaluationError as exc:
             self.raise_error("error.execution", str(exc))
             return
-        if content is not None and not isinstance(content, str):
+        if not handler and content is not None and not isinstance(content, str):
             self.raise_error("error.execution", "<invoke> content must be an SCXML document")
             return
         m.invocations.append(Invocation(invokeid, spec.state, k, spec.autoforward))  # type: ignore[attr-defined]
+        if handler:
+            # a host invoke handler: src and content are the handler's input, never a chart
+            self.effects.append(Invoke(invokeid=invokeid, type=str(typ), chart=None, src=src, content=content,
+                                       data=data, autoforward=spec.autoforward, state=node.id,
+                                       c_index=spec.c_index, **self.stamp()))
+            return
         self.effects.append(Invoke(invokeid=invokeid, type="http://www.w3.org/TR/scxml/", chart=spec.chart,
                                    src=None if spec.chart is not None else src, content=content, data=data,
                                    autoforward=spec.autoforward, state=node.id, c_index=spec.c_index,

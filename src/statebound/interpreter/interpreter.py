@@ -76,7 +76,7 @@ class Interpreter:
     def start(self, session_id: str = "session", data: Mapping[str, Any] | None = None, *,
               parent: str | None = None, invokeid: str | None = None, routes: Any = None,
               ioprocessors: Mapping[str, Any] | None = None, caller_context: Any = None,
-              only_declared: bool = False) -> tuple[Position, tuple[Effect, ...]]:
+              only_declared: bool = False, invokers: Any = None) -> tuple[Position, tuple[Effect, ...]]:
         """Start a session: initialise the datamodel, enter the initial configuration.
 
         :param session_id: the ``_sessionid`` (hosts use the instance id).
@@ -86,6 +86,7 @@ class Interpreter:
         :param invokeid: the id this child runs under in its parent.
         :param only_declared: ignore ``data`` keys the chart does not declare (what an
             ``<invoke>`` needs: SCXML passes only values whose names the child declares).
+        :param routes, ioprocessors, invokers: the per-driver fields (see :class:`Position`).
         :return: the first position and the effects of the initial macrostep.
         :raises BudgetExceeded: the chart did not settle within ``max_rounds``.
         """
@@ -94,7 +95,7 @@ class Interpreter:
             data = {k: v for k, v in data.items() if k in declared}
         start_data = _check_start_data(data)
         seed = Position(self.chart, session_id, RUNNING, (), parent=parent, invokeid=invokeid,
-                        routes=routes, ioprocessors=ioprocessors)
+                        routes=routes, ioprocessors=ioprocessors, invokers=invokers)
         m = self._machine(seed, {}, caller_context, macrostep=0)
         m.start_data = start_data
         try:
@@ -229,6 +230,7 @@ class Interpreter:
                     timeouts={(t.state, t.name): t for t in pos.timeouts}, routes=pos.routes,
                     max_rounds=self.max_rounds, caller_context=caller_context)
         m.ioprocessors = pos.ioprocessors
+        m.invokers = pos.invokers
         return m
 
     def _settle_data(self, m: Machine, before: dict[str, Any] | None, before_blob: bytes = b"") -> bytes:
@@ -264,5 +266,5 @@ class Interpreter:
             tuple(sorted(m.history.items())), packed, m.macrostep_no, m.send_counter,
             m.ordinal, m.invoke_counter, tuple(m.invocations), tuple(sorted(m.initialized)), pos.parent,
             pos.invokeid, tuple(sorted(m.timeouts.values(), key=lambda t: (t.state, t.name))),
-            pos.routes, pos.ioprocessors, pos.callbacks)
+            pos.routes, pos.ioprocessors, pos.callbacks, pos.invokers)
         return new, tuple(m.effects)

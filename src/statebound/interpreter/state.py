@@ -74,8 +74,12 @@ class Position:
     Per-driver fields (not persisted; ``None`` after ``from_bytes``; the host re-stamps):
 
     :ivar routes: a callable ``session_id -> bool`` telling whether ``#_scxml_<id>`` is reachable.
-    :ivar ioprocessors: extra ``_ioprocessors`` entries the driver offers.
+    :ivar ioprocessors: extra ``_ioprocessors`` entries the driver offers. Besides the
+        SCXML and Basic HTTP processors, every entry names a send processor: a ``<send
+        type>`` of that name is accepted and handed to the host as an effect.
     :ivar callbacks: opaque host hooks.
+    :ivar invokers: the ``<invoke type>`` names the driver serves besides SCXML (a host's
+        invoke handlers); any other type raises ``error.execution``.
     """
 
     chart: Chart = field(compare=False, repr=False)
@@ -96,9 +100,10 @@ class Position:
     routes: Any = field(default=None, compare=False, repr=False)
     ioprocessors: Any = field(default=None, compare=False, repr=False)
     callbacks: Any = field(default=None, compare=False, repr=False)
+    invokers: Any = field(default=None, compare=False, repr=False)
 
     #: names of the per-driver fields, re-stamped by the host after a load
-    PER_DRIVER_FIELDS: ClassVar[tuple[str, ...]] = ("routes", "ioprocessors", "callbacks")
+    PER_DRIVER_FIELDS: ClassVar[tuple[str, ...]] = ("routes", "ioprocessors", "callbacks", "invokers")
     _codec: ClassVar[Any] = None
 
     # -- reading -----------------------------------------------------------------
@@ -122,9 +127,11 @@ class Position:
         """True if ``state_id`` is in the configuration."""
         return self.chart.has_state(state_id) and self.chart.index_of(state_id) in self.states
 
-    def restamp(self, *, routes: Any = None, ioprocessors: Any = None, callbacks: Any = None) -> Position:
+    def restamp(self, *, routes: Any = None, ioprocessors: Any = None, callbacks: Any = None,
+                invokers: Any = None) -> Position:
         """Return a copy with the per-driver fields set (what a host does after a load)."""
-        return _replace(self, routes=routes, ioprocessors=ioprocessors, callbacks=callbacks)
+        return _replace(self, routes=routes, ioprocessors=ioprocessors, callbacks=callbacks,
+                        invokers=invokers)
 
     # -- the blob codec (installed by statebound.position) ----------------------------
     def to_bytes(self, codec: str = "msgpack") -> bytes:
@@ -166,10 +173,10 @@ class Position:
 # freshly allocated object, so immutability is untouched for everyone else.
 _FIELDS = ("chart", "session_id", "status", "states", "history", "data", "macrostep", "send_counter",
            "ordinal", "invoke_counter", "invocations", "initialized", "parent", "invokeid", "timeouts",
-           "routes", "ioprocessors", "callbacks")
+           "routes", "ioprocessors", "callbacks", "invokers")
 (_s_chart, _s_session_id, _s_status, _s_states, _s_history, _s_data, _s_macrostep, _s_send_counter,
  _s_ordinal, _s_invoke_counter, _s_invocations, _s_initialized, _s_parent, _s_invokeid, _s_timeouts,
- _s_routes, _s_ioprocessors, _s_callbacks) = (getattr(Position, f).__set__ for f in _FIELDS)
+ _s_routes, _s_ioprocessors, _s_callbacks, _s_invokers) = (getattr(Position, f).__set__ for f in _FIELDS)
 _new = object.__new__
 
 
@@ -178,7 +185,7 @@ def make_position(chart: Chart, session_id: str, status: str, states: tuple[int,
                   send_counter: int, ordinal: int, invoke_counter: int, invocations: tuple[Invocation, ...],
                   initialized: tuple[int, ...], parent: str | None, invokeid: str | None,
                   timeouts: tuple[ArmedTimeout, ...], routes: Any = None, ioprocessors: Any = None,
-                  callbacks: Any = None) -> Position:
+                  callbacks: Any = None, invokers: Any = None) -> Position:
     """``Position(...)`` with every field given positionally, built the fast way."""
     o = _new(Position)
     _s_chart(o, chart)
@@ -199,6 +206,7 @@ def make_position(chart: Chart, session_id: str, status: str, states: tuple[int,
     _s_routes(o, routes)
     _s_ioprocessors(o, ioprocessors)
     _s_callbacks(o, callbacks)
+    _s_invokers(o, invokers)
     return o
 
 
@@ -206,7 +214,8 @@ def advance(pos: Position, states: tuple[int, ...]) -> Position:
     """``pos`` one macrostep later in configuration ``states``, everything else unchanged."""
     return make_position(pos.chart, pos.session_id, pos.status, states, pos.history, pos.data, pos.macrostep + 1,
                          pos.send_counter, pos.ordinal, pos.invoke_counter, pos.invocations, pos.initialized,
-                         pos.parent, pos.invokeid, pos.timeouts, pos.routes, pos.ioprocessors, pos.callbacks)
+                         pos.parent, pos.invokeid, pos.timeouts, pos.routes, pos.ioprocessors, pos.callbacks,
+                         pos.invokers)
 
 
 def _replace(pos: Position, **changes: Any) -> Position:

@@ -1,0 +1,67 @@
+"""The working set of one host call: the records it loaded and what it will commit.
+
+Shared by ``host.py`` (which builds and commits it) and ``outbox.py`` (which adds outbox
+rows to it); nothing here does I/O.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..interpreter import Position
+from .store import KeyRecord, PositionRecord, TimerKey, TimerRef, TimerRow
+
+__all__ = ["Entry", "Unit", "AlreadyDone", "FireResult"]
+
+
+@dataclass(frozen=True, slots=True)
+class FireResult:
+    """What happened to one row: ``fired``, ``discarded``, ``stale``, ``skipped`` or ``failed``
+    for timers; ``delivered``, ``waiting`` or ``cancelled`` for outbox rows too.
+
+    :ivar key: the row; ``None`` only when ``complete_invoke`` found no row to name.
+    :ivar reason: why it was discarded, skipped or failed.
+    :ivar lag_ms: how late it fired relative to its ready time.
+    """
+
+    key: TimerKey | None
+    outcome: str
+    reason: str | None = None
+    lag_ms: int = 0
+
+
+@dataclass
+class Entry:
+    """One instance as the unit sees it: loaded (``record``) or created, and its pending edits."""
+
+    record: PositionRecord | None
+    position: Position | None
+    chart_name: str
+    refs: list[TimerRef]
+    parent: str | None
+    dirty: bool = False
+    deleted: bool = False
+    keys: list[KeyRecord] = field(default_factory=list)
+
+
+@dataclass
+class Unit:
+    """The working set of one host call."""
+
+    entries: dict[str, Entry] = field(default_factory=dict)
+    queue: deque[tuple[str, Any, Any]] = field(default_factory=deque)
+    puts: dict[TimerKey, TimerRow] = field(default_factory=dict)
+    deletes: list[TimerKey] = field(default_factory=list)
+    protected: TimerKey | None = None   # the row being fired: completed, never deleted
+    deliveries: int = 0
+    #: outbox rows this host hands over itself, right after the commit lands
+    deliver: set[TimerKey] = field(default_factory=set)
+    #: (instance, invokeid) of handler invocations answered in this unit: their exit
+    #: cancels nothing
+    answered: set[tuple[str, str]] = field(default_factory=set)
+
+
+class AlreadyDone(Exception):
+    """Internal: the row being completed was completed (or parked) by someone else."""
