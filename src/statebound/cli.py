@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from . import Chart, Event, Host, Position, StateboundError, Sweeper, SystemClock
+from . import Chart, Event, Host, Position, StateboundError, Sweeper, SystemClock, jsonio
 from .exceptions import (ChartError, InstanceExists, InstanceNotFound, NotRunning, PositionError,
                          UnknownChart)
 from .host.sqlite import SQLiteStore
@@ -105,7 +105,7 @@ def _parse_data(text: str | None) -> Any:
     if text is None:
         return None
     try:
-        return json.loads(text)
+        return jsonio.loads(text)
     except ValueError as exc:
         raise CliError(f"--data is not valid JSON: {exc}", EXIT_USAGE) from None
 
@@ -143,7 +143,7 @@ def _jsonable(v: Any) -> Any:
 
 def _emit(args: argparse.Namespace, data: Any, human: str) -> None:
     if args.json:
-        print(json.dumps(data, indent=2, sort_keys=True, default=str))
+        print(jsonio.dumps(data, indent=2, sort_keys=True, default=str))
     else:
         print(human)
 
@@ -360,7 +360,7 @@ def _read_jsonl(path: str) -> list[tuple[int, dict[str, Any]]]:
             if not line.strip():
                 continue
             try:
-                item = json.loads(line)
+                item = jsonio.loads(line)
             except ValueError as exc:
                 raise CliError(f"{path}:{lineno}: not JSON ({exc})", EXIT_USAGE) from None
             if not isinstance(item, dict) or not isinstance(item.get("instance"), str) or \
@@ -463,7 +463,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         chart, _ = _load_chart_file(args.chart)
         data["position"] = _jsonable(Position.from_bytes(blob, chart).export())
     if args.json:
-        print(json.dumps(data, indent=2, sort_keys=True, default=str))
+        print(jsonio.dumps(data, indent=2, sort_keys=True, default=str))
         return 0
     lines = [f"statebound position, format v{h.version}, codec {h.codec}, {len(blob)} bytes",
              f"  chart:    {h.name!r} version {h.chart_version!r}",

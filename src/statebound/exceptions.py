@@ -12,6 +12,7 @@ so a host can catch the whole family in one clause and still tell the cases apar
     ├── NotRunning                    drive/send on a halted position or instance
     ├── BudgetExceeded                start() did not settle within max_rounds
     ├── SerializationError            a value that cannot be stored (msgpack/cbor)
+    ├── InvalidJSON                   input that is not strict JSON (NaN and Infinity included)
     ├── PositionError                 a blob that cannot be loaded
     │   ├── NotAPosition
     │   ├── UnsupportedFormatVersion
@@ -53,6 +54,7 @@ __all__ = [
     "NotRunning",
     "BudgetExceeded",
     "SerializationError",
+    "InvalidJSON",
     "PositionError",
     "NotAPosition",
     "UnsupportedFormatVersion",
@@ -185,6 +187,12 @@ class SerializationError(StateboundError, TypeError):
 
     Datamodel values and event data must be made of ``None``, ``bool``, ``int``,
     ``float``, ``str``, ``bytes``, lists and string-keyed dicts.
+    """
+
+
+class InvalidJSON(StateboundError, ValueError):
+    """Text given as JSON is not strict JSON (RFC 8259): malformed, or it uses ``NaN``,
+    ``Infinity`` or a number too large for a float, which Python's ``json`` would accept.
     """
 
 
