@@ -51,7 +51,9 @@ def run(body: str, *events, attrs: str = "", data=None, **kw):
 
 
 def logs(effects) -> list:
-    return [e.value if e.label is None else (e.label, e.value) for e in effects if isinstance(e, Log)]
+    """The chart's own <log> output (not the Log effects that report a raised error.*)."""
+    return [e.value if e.label is None else (e.label, e.value) for e in effects
+            if isinstance(e, Log) and not (e.label or "").startswith("error.")]
 
 
 def L(text: str) -> str:

@@ -556,5 +556,6 @@ def test_the_pure_interpreter_emits_processor_sends_and_handler_invokes_it_is_of
     invoke = effects[2]
     assert (invoke.src, invoke.content, invoke.chart) == (None, [1, 2], None)
     assert pos.ordinal == 1                                 # only the delayed send took an ordinal
-    _bare, bare_effects = interp.start("j")                 # offered nothing: error.execution, no effects
-    assert bare_effects == ()
+    _bare, bare_effects = interp.start("j")                 # offered nothing: error.execution, nothing to do
+    # (each raised error.* is reported as a Log effect, ADR 0012; nothing is sent or invoked)
+    assert [(type(e).__name__, e.label) for e in bare_effects] == [("Log", "error.execution")] * 2

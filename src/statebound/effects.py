@@ -14,7 +14,8 @@ effect             emitted by                                  host's job
 ``Invoke``         ``<invoke>`` in an entered state            start the child session
 ``CancelInvoke``   exit of a state with an active invoke       purge the child session
 ``Autoforward``    external event + ``autoforward="true"``     forward the event to child
-``Log``            ``<log>``                                   log it
+``Log``            ``<log>``, and each ``error.*`` raised      log it
+                   (labelled with the error's name)
 ``Done``           reaching a top-level final state            report, notify a parent
 ``BudgetExhausted``the ``max_rounds`` budget ran out           alert; position unchanged
 =================  ==========================================  ===========================

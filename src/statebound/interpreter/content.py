@@ -61,8 +61,13 @@ class ContentMixin:
     _stamp: Any = None
 
     def raise_error(self, name: str, message: str, sendid: str | None = None) -> None:
-        """Place ``error.execution``/``error.communication`` on the internal queue."""
+        """Place ``error.execution``/``error.communication`` on the internal queue.
+
+        A ``Log`` effect labelled with the error's name goes with it: a chart that has no
+        transition for the error would otherwise drop it without a trace in any log.
+        """
         self.internal.append(Event(name, {"message": message}, "platform", sendid))
+        self.effects.append(Log(label=name, value=message, **self.stamp()))
 
     def condition_match(self, t: Any) -> bool:
         """``conditionMatch``: a failing condition is false and raises ``error.execution``."""
@@ -193,12 +198,9 @@ class ContentMixin:
             event = a.event if a.eventexpr is None else str(ctx.evaluate(a.eventexpr))
             target = a.target if a.targetexpr is None else ctx.evaluate(a.targetexpr)
             typ = a.type if a.typeexpr is None else ctx.evaluate(a.typeexpr)
+            delay: int | None
             if a.delayexpr is not None:
-                dv = ctx.evaluate(a.delayexpr)
-                delay = int(dv) if isinstance(dv, (int, float)) and not isinstance(dv, bool) else \
-                    parse_duration(str(dv))
-                if delay is None:
-                    raise EvaluationError(f"delayexpr gave {dv!r}, not a duration like '5s'")
+                delay = _delay_ms(ctx.evaluate(a.delayexpr), "<send delayexpr>")
             else:
                 delay = parse_duration(a.delay) if a.delay else 0
             if a.content is not None:
@@ -365,10 +367,7 @@ class ContentMixin:
             return None, spec.at_ms
         v = self.ctx.evaluate(spec.expr)
         if spec.kind == "afterexpr":
-            ms = int(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else parse_duration(str(v))
-            if ms is None:
-                raise EvaluationError(f"<sb:timeout afterexpr> gave {v!r}, not a duration")
-            return ms, None
+            return _delay_ms(v, "<sb:timeout afterexpr>"), None
         at = int(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else \
             (parse_instant(v) if isinstance(v, str) else None)
         if at is None:
@@ -449,6 +448,26 @@ class ContentMixin:
                 self.arm_timeout(spec, delay, at, replacing=armed)
             except EvaluationError as exc:
                 self.raise_error("error.execution", str(exc))
+
+
+#: The longest delay accepted (2**53 ms, some 285,000 years): beyond it a due time is no
+#: longer an exact float or a safe integer for the stores, so it can only be a mistake.
+MAX_DELAY_MS = 2 ** 53
+
+
+def _delay_ms(value: Any, what: str) -> int:
+    """A delay from an expression: ms as a number, or a duration string like ``'5s'``.
+
+    Anything else (NaN, infinity, a negative or absurd number, ``'soon'``) is an
+    ``EvaluationError``, which the caller turns into ``error.execution`` as the spec says.
+    """
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        ms: int | None = int(value) if value == value and 0 <= value <= MAX_DELAY_MS else None
+    else:
+        ms = parse_duration(str(value))
+    if ms is None or ms > MAX_DELAY_MS:
+        raise EvaluationError(f"{what} gave {value!r}, not a duration like '5s' or a number of ms >= 0")
+    return ms
 
 
 def _with_id(exc: EvaluationError, send_id: str) -> EvaluationError:
