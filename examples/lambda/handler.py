@@ -4,38 +4,62 @@ Routes:
   POST /instances/{id}          {"chart": "order", "data": {...}}  -> 201, the new instance
   POST /instances/{id}/events   {"event": "StartPayment", "data": {...}}  -> 200
                                 (or a Basic HTTP form post: _scxmleventname=...&k=v)
-  GET  /instances/{id}          -> 200, configuration, status, pending timers
+  GET  /instances/{id}          -> 200, the instance and its pending timer rows
 
-One external event costs one GetItem and one TransactWriteItems (a conditional PutItem when
-no timer changes). Errors map to 400 bad input, 404 unknown instance or chart, 409 exists
-or conflict, 410 halted, 413 too large.
+Both POSTs answer from the position they committed, so an external event costs two
+DynamoDB requests: one GetItem and one write (TransactWriteItems, or a conditional PutItem
+when no timer changes). Their body lists the armed named timeouts; the timer rows with
+due times are GET's (one GetItem plus one Query of the instance's partition).
+
+JSON is strict both ways (``statebound.jsonio``): NaN and Infinity are refused in a
+body and never written. Errors map to 400 bad input, 404 unknown instance or chart, 409
+exists, conflict or an undeployed chart revision, 410 halted, 413 too large, 503 the
+table is unavailable, 500 anything else. A 5xx, or any error that came from AWS, answers
+a generic message and the request id; the details (which may name the role or table) go
+to the log under that id, never into the response.
 """
 
 from __future__ import annotations
 
 import base64
-import json
+import re
+import unicodedata
 from typing import Any
 from urllib.parse import parse_qsl
 
 import statebound as sb
+from statebound import jsonio
 
 from app import get_host
+from telemetry import logger, scope
 
 _STATUS = (
     (sb.InstanceNotFound, 404), (sb.UnknownChart, 404), (sb.InstanceExists, 409), (sb.ConflictError, 409),
-    (sb.NotRunning, 410), (sb.ItemTooLarge, 413), (sb.SerializationError, 400), (sb.ChartError, 400),
-    (sb.StoreUnavailable, 503),
+    (sb.ChartIdentityMismatch, 409), (sb.NotRunning, 410), (sb.ItemTooLarge, 413), (sb.SerializationError, 400),
+    (sb.ChartError, 400), (sb.StoreUnavailable, 503),
 )
+#: What a client is told when the details must stay in the log.
+_GENERIC = {409: "the instance changed concurrently; retry", 413: "the instance would exceed the storage limit",
+            503: "storage is unavailable; retry later"}
+#: Longest instance id accepted, in UTF-8 bytes (the table keys ids of up to 1,000 bytes).
+MAX_ID_BYTES = 1_000
+#: A caller's X-Correlation-Id is used only if it looks like an id (it goes into every log line).
+_CORRELATION_ID = re.compile(r"[A-Za-z0-9._:/=+@-]{1,128}")
 
 
 class BadRequest(Exception):
     """The request itself is malformed (400)."""
 
 
-def _response(status: int, body: Any) -> dict[str, Any]:
-    return {"statusCode": status, "headers": {"content-type": "application/json"},
-            "body": json.dumps(body, default=str)}
+def _response(status: int, body: Any, correlation_id: str | None = None) -> dict[str, Any]:
+    headers = {"content-type": "application/json"}
+    if correlation_id:
+        headers["x-correlation-id"] = correlation_id
+    return {"statusCode": status, "headers": headers, "body": jsonio.dumps(body, default=_json_default)}
+
+
+def _json_default(value: Any) -> Any:
+    return value.hex() if isinstance(value, (bytes, bytearray)) else str(value)
 
 
 def _body(event: dict[str, Any]) -> tuple[str, str]:
@@ -45,30 +69,61 @@ def _body(event: dict[str, Any]) -> tuple[str, str]:
             raw = base64.b64decode(raw).decode("utf-8")
         except (ValueError, UnicodeDecodeError):
             raise BadRequest("body is not valid base64 UTF-8") from None
-    headers = {k.lower(): v for k, v in (event.get("headers") or {}).items()}
-    return raw, headers.get("content-type", "application/json").split(";")[0].strip().lower()
+    return raw, _headers(event).get("content-type", "application/json").split(";")[0].strip().lower()
+
+
+def _headers(event: dict[str, Any]) -> dict[str, str]:
+    return {str(k).lower(): str(v) for k, v in (event.get("headers") or {}).items()}
 
 
 def _json(raw: str) -> dict[str, Any]:
     if not raw.strip():
         return {}
     try:
-        body = json.loads(raw)
-    except ValueError as exc:
-        raise BadRequest(f"body is not JSON: {exc}") from None
+        body = jsonio.loads(raw)
+    except sb.InvalidJSON as exc:
+        raise BadRequest(f"body is not strict JSON: {exc}") from None
     if not isinstance(body, dict):
         raise BadRequest("body must be a JSON object")
     return body
 
 
-def _instance(host: sb.Host, instance_id: str) -> dict[str, Any]:
-    pos = host.get(instance_id)
+def check_instance_id(instance_id: str) -> str:
+    """The id from the path, if this API accepts it; else :class:`BadRequest`.
+
+    Any printable string of up to ``MAX_ID_BYTES`` works, ``#``, ``lease#...`` and the like
+    included (the table keeps internal items where no id reaches). Refused: control
+    characters (they would travel into logs and URLs), ``::`` (it names invoked children)
+    and lone surrogates (not encodable).
+    """
+    try:
+        size = len(instance_id.encode("utf-8"))
+    except UnicodeEncodeError:
+        raise BadRequest("instance id is not valid Unicode") from None
+    if size > MAX_ID_BYTES:
+        raise BadRequest(f"instance id is {size:,} bytes in UTF-8; at most {MAX_ID_BYTES:,}")
+    if any(unicodedata.category(ch) == "Cc" for ch in instance_id):
+        raise BadRequest("instance id may not contain control characters")
+    if "::" in instance_id:
+        raise BadRequest("'::' is reserved for invoked child ids")
+    return instance_id
+
+
+def _view(pos: sb.Position, instance_id: str) -> dict[str, Any]:
+    """An instance as the committed position shows it (no read needed)."""
+    states = pos.chart.states
     return {
-        "id": instance_id, "chart": pos.chart.name, "status": pos.status,
+        "id": instance_id, "chart": pos.chart.name, "revision": pos.chart.version, "status": pos.status,
         "configuration": sorted(pos.configuration), "datamodel": dict(pos.datamodel),
-        "timers": [{"ordinal": r.ordinal, "name": r.name, "event": r.event.get("name"),
-                    "due_at_ms": r.due_at_ms, "state": r.state} for r in host.pending_timers(instance_id)],
+        "timeouts": [{"name": t.name, "state": states[t.state].id, "ordinal": t.ordinal} for t in pos.timeouts],
     }
+
+
+def _view_with_timers(host: sb.Host, instance_id: str) -> dict[str, Any]:
+    view = _view(host.get(instance_id), instance_id)
+    view["timers"] = [{"ordinal": r.ordinal, "name": r.name, "event": r.event.get("name"), "due_at_ms": r.due_at_ms,
+                       "state": r.state, "attempts": r.attempts} for r in host.pending_timers(instance_id)]
+    return view
 
 
 def _event_from_request(raw: str, ctype: str, instance_path: str) -> sb.Event:
@@ -85,41 +140,96 @@ def _event_from_request(raw: str, ctype: str, instance_path: str) -> sb.Event:
     return sb.Event(name, body.get("data"))
 
 
-def handle(event: dict[str, Any], context: Any = None) -> dict[str, Any]:
+def _correlation_id(event: dict[str, Any]) -> str | None:
+    given = _headers(event).get("x-correlation-id", "")
+    if _CORRELATION_ID.fullmatch(given):
+        return given
+    return (event.get("requestContext") or {}).get("requestId")
+
+
+def _from_aws(exc: BaseException) -> bool:
+    """Whether botocore is anywhere in the exception's chain (its text may name ARNs)."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if type(seen).__module__.split(".")[0] in ("botocore", "boto3"):
+            return True
+        # `raise ... from None` said the context does not explain this error: stop there
+        seen = seen.__cause__ if seen.__cause__ is not None or seen.__suppress_context__ else seen.__context__
+    return False
+
+
+def _error(exc: sb.StateboundError, cid: str | None) -> dict[str, Any]:
+    status = next((code for cls, code in _STATUS if isinstance(exc, cls)), 500)
+    if status >= 500 or _from_aws(exc):
+        logger.exception("request failed", extra={"status": status})
+        return _response(status, {"error": _GENERIC.get(status, "internal error"), "request_id": cid}, cid)
+    if isinstance(exc, sb.ChartIdentityMismatch):
+        message = "the instance runs a chart revision that is not deployed (see README, Upgrade a chart)"
+    else:
+        message = str(exc).splitlines()[0]
+    return _response(status, {"error": message, "type": type(exc).__name__}, cid)
+
+
+@logger.inject_lambda_context(clear_state=True)
+def handle(event: dict[str, Any], context: Any) -> dict[str, Any]:
     """The Lambda entry point for the HTTP API."""
     try:
         method = event["requestContext"]["http"]["method"].upper()
         path = event.get("rawPath") or event["requestContext"]["http"].get("path", "")
     except (KeyError, TypeError, AttributeError):
         return _response(400, {"error": "not an API Gateway HTTP API (v2) event"})
+    cid = _correlation_id(event)
+    logger.set_correlation_id(cid)
     params = event.get("pathParameters") or {}
     parts = [p for p in path.split("/") if p]
     instance_id = params.get("id") or (parts[1] if len(parts) >= 2 and parts[0] == "instances" else None)
     if not instance_id:
-        return _response(404, {"error": f"no route for {method} {path}"})
+        return _response(404, {"error": f"no route for {method} {path}"}, cid)
     try:
-        host = get_host()
-        if method == "POST" and len(parts) == 2:
-            body = _json(_body(event)[0])
-            chart = body.get("chart")
-            if not isinstance(chart, str):
-                raise BadRequest('body needs "chart": the name of a deployed chart')
-            data = body.get("data")
-            if data is not None and not isinstance(data, dict):
-                raise BadRequest('"data" must be a JSON object')
-            host.start(chart, instance_id, data)
-            return _response(201, _instance(host, instance_id))
-        if method == "POST" and len(parts) == 3 and parts[2] == "events":
-            raw, ctype = _body(event)
-            host.send(instance_id, _event_from_request(raw, ctype, path))
-            return _response(200, _instance(host, instance_id))
-        if method == "GET" and len(parts) == 2:
-            return _response(200, _instance(host, instance_id))
-        return _response(404, {"error": f"no route for {method} {path}"})
+        with scope(instance_id=check_instance_id(instance_id), route=f"{method} /instances/{{id}}"
+                   + ("/events" if len(parts) == 3 else "")):
+            return _route(event, method, path, parts, instance_id, cid)
     except BadRequest as exc:
-        return _response(400, {"error": str(exc)})
-    except ValueError as exc:  # e.g. an instance id the host refuses
-        return _response(400, {"error": str(exc)})
+        return _response(400, {"error": str(exc)}, cid)
+    except ValueError as exc:  # an id the host or the store refuses (InvalidInstanceId is one)
+        if not _from_aws(exc):
+            return _response(400, {"error": str(exc).splitlines()[0]}, cid)
+        return _internal_error(cid)
     except sb.StateboundError as exc:
-        status = next((code for cls, code in _STATUS if isinstance(exc, cls)), 500)
-        return _response(status, {"error": str(exc).splitlines()[0], "type": type(exc).__name__})
+        return _error(exc, cid)
+    except Exception:
+        return _internal_error(cid)
+
+
+def _internal_error(cid: str | None) -> dict[str, Any]:
+    logger.exception("request failed", extra={"status": 500})
+    return _response(500, {"error": "internal error", "request_id": cid}, cid)
+
+
+def _route(event: dict[str, Any], method: str, path: str, parts: list[str], instance_id: str,
+           cid: str | None) -> dict[str, Any]:
+    host = get_host()
+    context = {"correlation_id": cid}
+    if method == "POST" and len(parts) == 2:
+        body = _json(_body(event)[0])
+        chart = body.get("chart")
+        if not isinstance(chart, str):
+            raise BadRequest('body needs "chart": the name of a deployed chart')
+        data = body.get("data")
+        if data is not None and not isinstance(data, dict):
+            raise BadRequest('"data" must be a JSON object')
+        logger.append_keys(chart=chart)
+        pos = host.start(chart, instance_id, data, caller_context=context)
+        logger.append_keys(revision=pos.chart.version)
+        logger.info("instance started", extra={"configuration": sorted(pos.configuration)})
+        return _response(201, _view(pos, instance_id), cid)
+    if method == "POST" and len(parts) == 3 and parts[2] == "events":
+        raw, ctype = _body(event)
+        ev = _event_from_request(raw, ctype, path)
+        logger.append_keys(event=ev.name)
+        pos = host.send(instance_id, ev, caller_context=context)
+        logger.info("event processed", extra={"configuration": sorted(pos.configuration), "status": pos.status})
+        return _response(200, _view(pos, instance_id), cid)
+    if method == "GET" and len(parts) == 2:
+        return _response(200, _view_with_timers(host, instance_id), cid)
+    return _response(404, {"error": f"no route for {method} {path}"}, cid)

@@ -10,6 +10,10 @@ with lease items (statebound.dynamodb.ShardLeases) instead of racing for the sam
 without it they still never double-fire (each fire's completion is conditional), they
 only waste some requests on lost races.
 
+Every fire is logged with its timer's correlation id, and each sweep that did something
+flushes one EMF document of metrics (see telemetry.py); the invocation ends with one more,
+carrying ``Sweeps``, so a quiet sweeper still shows it is alive.
+
 Environment: SWEEP_INTERVAL_S (default 1.0), SWEEP_MARGIN_MS (default 5000),
 SWEEP_BATCH (default 100), SWEEP_LEASES (default off), SWEEP_LEASE_MS (default 30000),
 plus what app.py reads.
@@ -23,8 +27,10 @@ from typing import Any
 import statebound as sb
 
 from app import get_host
+from telemetry import SweepMetrics, logger
 
 
+@logger.inject_lambda_context(clear_state=True)
 def handle(event: dict[str, Any], context: Any) -> dict[str, Any]:
     """The Lambda entry point for the schedule."""
     host = get_host()
@@ -32,7 +38,10 @@ def handle(event: dict[str, Any], context: Any) -> dict[str, Any]:
     sweeper = sb.Sweeper(host, interval_s=float(os.environ.get("SWEEP_INTERVAL_S", "1.0")),
                          batch=int(os.environ.get("SWEEP_BATCH", "100")),
                          node_id=getattr(context, "aws_request_id", None))
-    totals = {"sweeps": 0, "fired": 0, "discarded": 0, "stale": 0, "failed": 0, "skipped": 0, "max_lag_ms": 0}
+    recorder: SweepMetrics = getattr(host, "sweep_metrics", None) or SweepMetrics()
+    recorder.totals.clear()
+    totals: dict[str, Any] = {"sweeps": 0, "fired": 0, "discarded": 0, "stale": 0, "failed": 0, "skipped": 0,
+                              "max_lag_ms": 0}
     leases = _leases(host, sweeper.node_id) if os.environ.get("SWEEP_LEASES", "") in ("1", "true") else None
     owned_before = getattr(host.store, "owned_shards", None)
     try:
@@ -40,11 +49,15 @@ def handle(event: dict[str, Any], context: Any) -> dict[str, Any]:
             leases.acquire()
             host.store.owned_shards = leases   # claim_due reads leases.held at every sweep
             totals["shards"] = len(leases.held)
-        _sweep(host, sweeper, context, margin_ms, totals, leases)
+        _sweep(host, sweeper, context, margin_ms, totals, leases, recorder)
     finally:
         if leases is not None:
             host.store.owned_shards = owned_before  # the environment's store outlives this invocation
             leases.release()
+        recorder.flush(sweeps=max(totals["sweeps"], 1))
+    totals["dead"] = recorder.totals["Dead"]
+    totals["conflicts"] = recorder.totals["Conflicts"]
+    logger.info("sweep finished", extra=totals)
     return totals
 
 
@@ -56,7 +69,7 @@ def _leases(host: sb.Host, node_id: str) -> Any:
 
 
 def _sweep(host: sb.Host, sweeper: sb.Sweeper, context: Any, margin_ms: int, totals: dict[str, Any],
-           leases: Any) -> None:
+           leases: Any, recorder: SweepMetrics) -> None:
     renew_every_ms = (leases.lease_ms // 3) if leases is not None else None
     renewed = host.clock.now_ms()
     while context.get_remaining_time_in_millis() > margin_ms:
@@ -64,6 +77,7 @@ def _sweep(host: sb.Host, sweeper: sb.Sweeper, context: Any, margin_ms: int, tot
             leases.acquire()  # renew, and take shards a departed sweeper left
             renewed = host.clock.now_ms()
         report = sweeper.run_once()
+        recorder.flush()
         totals["sweeps"] += 1
         for k in ("fired", "discarded", "stale", "failed", "skipped"):
             totals[k] += getattr(report, k)
