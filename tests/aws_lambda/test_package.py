@@ -1,0 +1,105 @@
+"""examples/lambda/package.py: the deployment package has statebound from this checkout
+(installed by path, so no index can substitute a higher version), no second botocore, and
+a fully pinned set of third-party wheels."""
+
+from __future__ import annotations
+
+import importlib.metadata as metadata
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+
+from .harness import LAMBDA_DIR
+
+
+@pytest.fixture(scope="module")
+def package():
+    spec = importlib.util.spec_from_file_location("lambda_package", LAMBDA_DIR / "package.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_requirements_pin_a_closed_set_without_the_runtimes_packages(package):
+    pins = {canonicalize_name(line.split("==")[0]): line.split("==")[1]
+            for line in package.pinned_requirements(LAMBDA_DIR / "requirements.txt")}
+    assert not set(pins) & {canonicalize_name(n) for n in (*package.RUNTIME_PROVIDED, "statebound")}
+    lambda_python = {"python_version": package.PYTHON, "python_full_version": package.PYTHON + ".0",
+                     "sys_platform": "linux", "platform_system": "Linux", "platform_machine": "aarch64",
+                     "implementation_name": "cpython", "platform_python_implementation": "CPython", "extra": ""}
+
+    def needs(dist: str) -> set[str]:
+        out = set()
+        for text in metadata.requires(dist) or []:
+            req = Requirement(text)
+            if req.marker is None or req.marker.evaluate(lambda_python):
+                out.add(canonicalize_name(req.name))
+        return out
+
+    # statebound's own run-time dependencies (no extras: boto3 comes from the runtime)...
+    assert needs("statebound") <= set(pins)
+    # ...and what the handlers import, with everything each pinned package needs in turn
+    assert "aws-lambda-powertools" in pins
+    for dist in pins:
+        assert needs(dist) <= set(pins), dist
+
+
+@pytest.mark.parametrize("line", ["statebound[aws]", "msgpack>=1.0", "boto3==1.40.0", "statebound==0.1.0",
+                                  "msgpack", "botocore==1.40.0"])
+def test_a_loose_or_forbidden_requirement_is_refused(package, tmp_path, line):
+    path = tmp_path / "requirements.txt"
+    path.write_text(f"# comment\n{line}\n")
+    with pytest.raises(package.PackagingError):
+        package.pinned_requirements(path)
+
+
+def test_the_package_holds_the_local_build_and_no_botocore(package, tmp_path):
+    """The whole script, offline apart from the wheel build: the third-party pins are
+    replaced by an empty file (their installation is pip's own --no-deps --target)."""
+    empty = tmp_path / "none.txt"
+    empty.write_text("")
+    out = tmp_path / "build"
+    assert package.main(["--out", str(out), "--requirements", str(empty), "--zip", str(tmp_path / "fn.zip")]) == 0
+    found = package.verify(out)
+    assert found["source"].startswith("statebound-") and found["source"].endswith(".whl")
+    assert found["statebound"] == metadata.version("statebound")
+    assert {p.name for p in out.iterdir()} >= {*package.HANDLER_FILES, "charts", "statebound"}
+    assert sorted(p.relative_to(out).as_posix() for p in (out / "charts").rglob("*.scxml")) == [
+        "charts/order/v1.scxml", "charts/order/v2.scxml"]
+    assert not any((out / name).exists() for name in package.RUNTIME_PROVIDED)
+    assert not (out / "bin").exists() and not list(out.rglob("*.pyc"))
+    assert (out / "statebound" / "jsonio.py").read_text() == (
+        Path(__file__).resolve().parents[2] / "src" / "statebound" / "jsonio.py").read_text()
+
+
+def _fake_install(out: Path, *, direct_url: str | None) -> None:
+    info = out / "statebound-9.9.9.dist-info"
+    info.mkdir(parents=True)
+    if direct_url is not None:
+        (info / "direct_url.json").write_text(json.dumps({"url": direct_url, "archive_info": {}}))
+    for name in ("app.py", "chart_revisions.py", "handler.py", "sweeper.py", "telemetry.py"):
+        (out / name).write_text("")
+
+
+def test_verify_refuses_a_second_botocore(package, tmp_path):
+    _fake_install(tmp_path, direct_url="file:///tmp/statebound-9.9.9-py3-none-any.whl")
+    package.verify(tmp_path)
+    (tmp_path / "botocore").mkdir()
+    with pytest.raises(package.PackagingError, match="botocore"):
+        package.verify(tmp_path)
+
+
+def test_verify_refuses_statebound_from_an_index(package, tmp_path):
+    _fake_install(tmp_path, direct_url=None)   # pip writes direct_url.json only for a path or URL install
+    with pytest.raises(package.PackagingError, match="index"):
+        package.verify(tmp_path)
+
+
+def test_verify_refuses_a_wheel_other_than_the_local_build(package, tmp_path):
+    _fake_install(tmp_path, direct_url="file:///elsewhere/statebound-9.9.9-py3-none-any.whl")
+    with pytest.raises(package.PackagingError, match="not from the local build"):
+        package.verify(tmp_path, Path("/tmp/build/statebound-0.1.0-py3-none-any.whl"))
