@@ -14,7 +14,8 @@ Every fire is logged with its timer's correlation id, and each sweep that did so
 flushes one EMF document of metrics (see telemetry.py); the invocation ends with one more,
 carrying ``Sweeps``, so a quiet sweeper still shows it is alive.
 
-Environment: SWEEP_INTERVAL_S (default 1.0), SWEEP_MARGIN_MS (default 5000),
+Environment: SWEEP_INTERVAL_S (default 1.0), SWEEP_JITTER (fraction of the interval added
+at random to each sleep, default 0.2), SWEEP_MARGIN_MS (default 5000),
 SWEEP_BATCH (default 100), SWEEP_LEASES (default off), SWEEP_LEASE_MS (default 30000),
 plus what app.py reads.
 """
@@ -36,6 +37,7 @@ def handle(event: dict[str, Any], context: Any) -> dict[str, Any]:
     host = get_host()
     margin_ms = int(os.environ.get("SWEEP_MARGIN_MS", "5000"))
     sweeper = sb.Sweeper(host, interval_s=float(os.environ.get("SWEEP_INTERVAL_S", "1.0")),
+                         jitter=float(os.environ.get("SWEEP_JITTER", "0.2")),
                          batch=int(os.environ.get("SWEEP_BATCH", "100")),
                          node_id=getattr(context, "aws_request_id", None))
     recorder: SweepMetrics = getattr(host, "sweep_metrics", None) or SweepMetrics()

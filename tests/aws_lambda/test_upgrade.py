@@ -96,3 +96,34 @@ def test_revisions_lists_instances_per_revision_and_flags_undeployed_ones(lam, d
     text = capsys.readouterr().out
     v1_line = next(line for line in text.splitlines() if line.startswith("order") and " v1 " in line)
     assert "NOT DEPLOYED" in v1_line and v1_line.split()[2] == "2"
+
+
+def test_a_timer_stranded_by_a_bad_deployment_is_redriven_after_the_fix(lam, deployments, tmp_path, capsys):
+    """The README's redrive story: a revision shipped too early goes dead, comes back."""
+    first, second = deployments
+    lam.rebuild(first)
+    lam.call("POST", "/instances/old", {"chart": "order", "data": {"payment_timeout": "30s"}})
+    lam.call("POST", "/instances/old/events", {"event": "StartPayment"})
+    v2_only = tmp_path / "v2-only"
+    shutil.copytree(second, v2_only)
+    (v2_only / "order" / "v1.scxml").unlink()
+    lam.rebuild(v2_only).max_attempts = 2          # the mistake: v1 dropped while "old" runs it
+    lam.clock.advance(30_000)
+    lam.sweep(8_000, 2_000)
+    lam.clock.advance(10_000)
+    lam.sweep(8_000, 2_000)
+    redrive = importlib.import_module("redrive")
+    capsys.readouterr()
+    assert redrive.main(["--table", "statebound-example", "--json"], client=lam.client, clock=lam.clock) == 0
+    (dead,) = json.loads(capsys.readouterr().out)
+    assert (dead["instance"], dead["event"], dead["attempts"], dead["revived"]) == ("old", "PaymentTimeout", 2, False)
+    assert "version 'v1'" in dead["last_error"]
+
+    lam.rebuild(second)                              # the fix: v1 shipped again
+    assert redrive.main(["--table", "statebound-example", "--retry", "old"], client=lam.client, clock=lam.clock) == 0
+    assert "1 dead, 1 revived" in capsys.readouterr().out
+    assert lam.sweep(8_000, 2_000)["fired"] == 1
+    body = lam.call("GET", "/instances/old")[1]
+    assert (body["revision"], body["configuration"], body["timers"]) == ("v1", ["Cancelled"], [])
+    assert redrive.main(["--table", "statebound-example"], client=lam.client, clock=lam.clock) == 0
+    assert "0 dead, 0 revived" in capsys.readouterr().out

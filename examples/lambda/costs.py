@@ -1,0 +1,360 @@
+"""Measure what the example costs, and price it: ``python costs.py [--update-readme]``.
+
+Runs the order chart through the two handlers on moto (in process, no AWS account), counts
+every DynamoDB request with botocore hooks on the functions' client, and works out the
+capacity units each request is billed from the items it reads and writes, in the table
+and in the due index (writes: 1 unit per KB per item, twice that inside a transaction,
+plus the index entries that appear, change or disappear; reads: 1 unit per 4 KB strongly
+consistent, half that eventually consistent). It then prices the units and requests with
+the list prices in ``PRICES``, and prints the cost table of the README (``--update-readme``
+rewrites it there; ``tests/aws_lambda/test_costs.py`` fails when the two differ).
+
+Needs the test extra (moto). The numbers are the example's as committed: re-run it when
+the chart, the store or the sweeper changes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import math
+import os
+import re
+import shutil
+import sys
+import tempfile
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager, redirect_stdout
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+README = HERE / "README.md"
+TABLE = "statebound-costs"
+START_MS = 1_796_108_400_000
+FIRES = 100                # timers fired in the measured sweep
+MINUTES_PER_MONTH = 730 * 60
+
+#: On-demand list prices, us-east-1, as published by AWS in 2025 (USD).
+PRICES = {
+    "dynamodb_wru": 0.625 / 1e6,      # per write request unit (on-demand, since Nov 2024)
+    "dynamodb_rru": 0.125 / 1e6,      # per read request unit
+    "http_api_request": 1.00 / 1e6,   # API Gateway HTTP API, first 300 million a month
+    "lambda_request": 0.20 / 1e6,     # per invocation
+    "custom_metric_month": 0.30,      # CloudWatch, per metric (first 10,000)
+}
+_INDEXES = {"due-index": ("gsi_pk", "gsi_due"), "dead-index": ("dead_pk", "dead_sk")}
+_WRITES = {"PutItem", "UpdateItem", "DeleteItem", "TransactWriteItems", "BatchWriteItem"}
+
+
+@dataclass
+class Usage:
+    """Requests and capacity units consumed."""
+
+    requests: Counter[str] = field(default_factory=Counter)
+    wru: float = 0.0
+    rru: float = 0.0
+
+    def minus(self, other: Usage) -> Usage:
+        """What this used beyond ``other``."""
+        return Usage(self.requests - other.requests, self.wru - other.wru, self.rru - other.rru)
+
+    def per(self, n: float) -> Usage:
+        """An n-th of this."""
+        return Usage(Counter({k: v / n for k, v in self.requests.items()}), self.wru / n, self.rru / n)
+
+    @property
+    def dynamodb_usd(self) -> float:
+        """What the capacity units cost."""
+        return self.wru * PRICES["dynamodb_wru"] + self.rru * PRICES["dynamodb_rru"]
+
+
+def _size(item: dict[str, Any] | None) -> int:
+    from statebound.dynamodb._codec import item_size   # the store's own size rule
+    return item_size(item) if item else 0
+
+
+class Meter:
+    """Counts a client's DynamoDB requests and their capacity units (see the module doc)."""
+
+    def __init__(self, client: Any, raw: Any) -> None:
+        self.client = client
+        self.raw = raw   # a second client on the same moto backend, unhooked, to read items
+        self.usage = Usage()
+        self._pending: list[tuple[str, dict[str, Any], dict[Any, Any] | None]] = []
+
+    def _items(self, keys: list[dict[str, Any]]) -> dict[tuple[str, str], dict[str, Any] | None]:
+        out = {}
+        for key in keys:
+            item = self.raw.get_item(TableName=TABLE, Key=key, ConsistentRead=True).get("Item")
+            out[(key["pk"]["S"], key["sk"]["S"])] = item
+        return out
+
+    @staticmethod
+    def _written_keys(op: str, params: dict[str, Any]) -> list[dict[str, Any]]:
+        def key(d: dict[str, Any]) -> dict[str, Any]:
+            return {"pk": d["pk"], "sk": d["sk"]}
+        if op == "PutItem":
+            return [key(params["Item"])]
+        if op in ("UpdateItem", "DeleteItem"):
+            return [key(params["Key"])]
+        if op == "TransactWriteItems":
+            out = []
+            for action in params["TransactItems"]:
+                (kind, body), = action.items()
+                if kind == "Put":
+                    out.append(key(body["Item"]))
+                elif kind in ("Update", "Delete"):
+                    out.append(key(body["Key"]))
+            return out
+        out = []
+        for requests in params["RequestItems"].values():   # BatchWriteItem
+            for r in requests:
+                out.append(key(r["PutRequest"]["Item"]) if "PutRequest" in r else key(r["DeleteRequest"]["Key"]))
+        return out
+
+    def _before(self, model: Any, params: dict[str, Any], **kwargs: Any) -> None:
+        before = self._items(self._written_keys(model.name, params)) if model.name in _WRITES else None
+        self._pending.append((model.name, dict(params), before))
+
+    def _after(self, model: Any, parsed: dict[str, Any], **kwargs: Any) -> None:
+        op, params, before = self._pending.pop()
+        self.usage.requests[op] += 1
+        if before is not None:
+            after = self._items([{"pk": {"S": pk}, "sk": {"S": sk}} for pk, sk in before])
+            self._bill_writes(op, before, after)
+        elif op == "GetItem":
+            self.usage.rru += self._read_units([parsed.get("Item")], params.get("ConsistentRead", False))
+        elif op in ("Query", "Scan"):
+            self.usage.rru += self._read_units(parsed.get("Items", []), params.get("ConsistentRead", False))
+        elif op == "BatchGetItem":
+            for items in parsed.get("Responses", {}).values():
+                self.usage.rru += sum(self._read_units([i], True) for i in items)
+
+    @staticmethod
+    def _read_units(items: list[Any], consistent: bool) -> float:
+        units = max(1, math.ceil(sum(_size(i) for i in items) / 4096))
+        return units if consistent else units / 2
+
+    def _bill_writes(self, op: str, before: dict[Any, Any], after: dict[Any, Any]) -> None:
+        factor = 2 if op == "TransactWriteItems" else 1
+        for key in before:
+            old, new = before[key], after[key]
+            # billed on the larger of the two images, even when nothing changed (a rewrite)
+            self.usage.wru += factor * max(1, math.ceil(max(_size(old), _size(new)) / 1024))
+            for attrs in _INDEXES.values():
+                was = old is not None and all(a in old for a in attrs)
+                now = new is not None and all(a in new for a in attrs)
+                if old == new or not (was or now):
+                    continue
+                moved = was and now and any(old[a] != new[a] for a in attrs)  # type: ignore[index]
+                writes = (2 if moved else 1) if (was and now) else 1
+                entry = max(_size(old) if was else 0, _size(new) if now else 0) + 100
+                self.usage.wru += writes * math.ceil(entry / 1024)
+
+    @contextmanager
+    def measure(self) -> Iterator[Usage]:
+        """Usage of the requests made inside the block."""
+        start = Usage(Counter(self.usage.requests), self.usage.wru, self.usage.rru)
+        result = Usage()
+        events = self.client.meta.events
+        # before-parameter-build sees the API parameters (before-call sees the HTTP request)
+        events.register("before-parameter-build.dynamodb", self._before)
+        events.register("after-call.dynamodb", self._after)
+        try:
+            yield result
+        finally:
+            events.unregister("before-parameter-build.dynamodb", self._before)
+            events.unregister("after-call.dynamodb", self._after)
+            spent = self.usage.minus(start)
+            result.requests, result.wru, result.rru = spent.requests, spent.wru, spent.rru
+
+
+class _ClockContext:
+    """A Lambda context whose remaining time follows the (manual) clock."""
+
+    function_name = "statebound-costs"
+    memory_limit_in_mb = 512
+    invoked_function_arn = "arn:aws:lambda:us-east-1:123456789012:function:statebound-costs"
+    aws_request_id = "costs-sweeper"
+
+    def __init__(self, clock: Any, timeout_ms: int) -> None:
+        self.clock = clock
+        self.deadline = clock.now_ms() + timeout_ms
+
+    def get_remaining_time_in_millis(self) -> int:
+        return self.deadline - self.clock.now_ms()
+
+
+def _http(method: str, path: str, body: str | None) -> dict[str, Any]:
+    return {"version": "2.0", "rawPath": path, "headers": {"content-type": "application/json"},
+            "requestContext": {"requestId": "costs", "http": {"method": method, "path": path}},
+            "pathParameters": {"id": path.split("/")[2]}, "body": body, "isBase64Encoded": False}
+
+
+@dataclass
+class Measurements:
+    """Usage per operation of the example."""
+
+    event_plain: Usage
+    event_arming: Usage
+    event_cancelling: Usage
+    start: Usage
+    fire_arming: Usage
+    fire_plain: Usage
+    idle_minute: Usage
+
+
+def measure(idle_seconds: int = 60, fires: int = FIRES) -> Measurements:
+    """Run the scenarios on moto and measure them.
+
+    :param idle_seconds: how long to run the idle sweeper (0: skip it).
+    :param fires: timers per measured sweep (0: skip the fires).
+    """
+    import boto3
+    import moto
+
+    for name, value in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
+                        "AWS_DEFAULT_REGION": "us-east-1", "TABLE_NAME": TABLE, "SWEEP_LEASES": "1",
+                        "SWEEP_JITTER": "0", "SWEEP_INTERVAL_S": "1.0", "SWEEP_MARGIN_MS": "5000",
+                        "POWERTOOLS_METRICS_DISABLED": "true", "POWERTOOLS_LOG_LEVEL": "ERROR"}.items():
+        os.environ[name] = value
+    os.environ.pop("DONE_TTL_S", None)
+    sys.path.insert(0, str(HERE))
+    import statebound as sb
+    from statebound.dynamodb import DynamoStore
+
+    with moto.mock_aws(), tempfile.TemporaryDirectory() as tmp, redirect_stdout(io.StringIO()):
+        client = boto3.client("dynamodb", region_name="us-east-1")
+        raw = boto3.client("dynamodb", region_name="us-east-1")
+        DynamoStore.create_table(TABLE, client=client)
+        import app
+        import handler
+        import sweeper
+        charts = Path(tmp) / "charts"
+        shutil.copytree(HERE / "charts", charts)
+        clock = sb.ManualClock(now_ms=START_MS)
+        app.configure(app.build_host(client=client, clock=clock, charts_dir=charts))
+        meter = Meter(client, raw)
+
+        def call(method: str, path: str, body: str | None = None) -> None:
+            status = handler.handle(_http(method, path, body), _ClockContext(clock, 10_000))["statusCode"]
+            assert status < 300, (method, path, status)
+
+        def sweep(seconds: int) -> None:
+            # SWEEP_MARGIN_MS is 5000: 1 ms above it buys exactly one sweep
+            sweeper.handle({}, _ClockContext(clock, seconds * 1000 + 5_001))
+
+        sweep(2)  # the first sweep of a new table bootstraps the cursors: not a steady-state cost
+        with meter.measure() as start:
+            call("POST", "/instances/o-0", '{"chart": "order", "data": {"payment_timeout": "1h"}}')
+        with meter.measure() as arming:
+            call("POST", "/instances/o-0/events", '{"event": "StartPayment", "data": {"card": "4242"}}')
+        with meter.measure() as cancelling:
+            call("POST", "/instances/o-0/events", '{"event": "Complete"}')
+        call("POST", "/instances/o-1", '{"chart": "order"}')
+        with meter.measure() as plain:
+            call("POST", "/instances/o-1/events", '{"event": "Cancel"}')
+
+        fires_arming = fires_plain = Usage()
+        if fires:
+            for i in range(fires):
+                call("POST", f"/instances/f-{i}", '{"chart": "order", "data": {"payment_timeout": "1m"}}')
+                call("POST", f"/instances/f-{i}/events", '{"event": "StartPayment"}')
+            # A fire's cost is what one short invocation costs with the timers due, less what
+            # the same invocation costs with nothing due (leases, cursors, empty queries).
+            with meter.measure() as idle_one:
+                sweep(0)
+            clock.advance(60_000)
+            with meter.measure() as due:
+                sweep(0)   # v2's PaymentTimeout: each fire arms GraceExpired
+            fires_arming = due.minus(idle_one).per(fires)
+            with meter.measure() as idle_two:
+                sweep(0)
+            clock.advance(24 * 3600_000)
+            with meter.measure() as due:
+                sweep(0)   # GraceExpired: fires that arm nothing
+            fires_plain = due.minus(idle_two).per(fires)
+        idle_minute = Usage()
+        if idle_seconds:
+            with meter.measure() as idle_minute:
+                sweep(idle_seconds)
+            idle_minute = idle_minute.per(idle_seconds / 60)
+        app.configure(None)
+    return Measurements(plain, arming, cancelling, start, fires_arming, fires_plain, idle_minute)
+
+
+def _requests(u: Usage, digits: int = 2) -> str:
+    parts = []
+    for op, n in sorted(u.requests.items(), key=lambda kv: (-kv[1], kv[0])):
+        if n < 0.005:
+            continue
+        parts.append(op if abs(n - 1) < 0.005 else f"{n:.{digits}f} {op}")
+    return ", ".join(parts)
+
+
+def render(m: Measurements) -> str:
+    """The README's cost table."""
+    http = PRICES["http_api_request"] + PRICES["lambda_request"]
+    rows = [("start an instance", m.start, http, None), ("event, no timer change", m.event_plain, http, None),
+            ("event arming a timer", m.event_arming, http, None),
+            ("event cancelling a timer", m.event_cancelling, http, None),
+            ("timer fire (arms nothing)", m.fire_plain, 0.0, None),
+            ("timer fire that arms the next timer", m.fire_arming, 0.0, None)]
+    if m.fire_plain.requests:
+        # the arming event's extra over a plain one, plus the fire: what a timer adds
+        timer = m.event_arming.minus(m.event_plain)
+        timer = Usage(Counter(), timer.wru + m.fire_plain.wru, timer.rru + m.fire_plain.rru)
+        rows.append(("**a timer**, armed by an event and fired", timer, 0.0,
+                     "the arming event's TransactWriteItems in place of a PutItem, and the fire"))
+    lines = ["| per million | DynamoDB requests, each | WRU each | RRU each | DynamoDB | API + Lambda requests | total |",
+             "|---|---|---:|---:|---:|---:|---:|"]
+    for name, u, other, what in rows:
+        if not (u.requests or what):
+            continue   # not measured this time
+        lines.append(f"| {name} | {what or _requests(u)} | {u.wru:.2f} | {u.rru:.2f} | ${u.dynamodb_usd * 1e6:.2f} "
+                     f"| ${other * 1e6:.2f} | ${(u.dynamodb_usd + other) * 1e6:.2f} |")
+    idle = m.idle_minute
+    if not idle.requests:
+        return "\n".join(lines)
+    monthly = idle.dynamodb_usd * MINUTES_PER_MONTH
+    lines += ["", f"The sweeper also costs **${monthly:.2f} a month** in DynamoDB when nothing is due: "
+                  f"{sum(idle.requests.values()):.0f} requests a minute ({_requests(idle, 0)}), "
+                  f"{idle.wru:.1f} WRU and {idle.rru:.1f} RRU, at one sweep a second "
+                  f"(`SWEEP_INTERVAL_S=1`, `SWEEP_LEASES=1`, 16 shards). Its EMF metrics are 8 custom metrics, "
+                  f"${8 * PRICES['custom_metric_month']:.2f} a month."]
+    return "\n".join(lines)
+
+
+_BLOCK = re.compile(r"(<!-- costs:begin -->\n)(?:.*?\n)?(<!-- costs:end -->)", re.S)
+
+
+def readme_table() -> str:
+    """The table as the README has it."""
+    found = _BLOCK.search(README.read_text())
+    if not found:
+        raise SystemExit("README.md has no <!-- costs:begin --> ... <!-- costs:end --> block")
+    return README.read_text()[found.end(1):found.start(2)].rstrip("\n")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """The command line."""
+    p = argparse.ArgumentParser(prog="costs.py", description=__doc__.splitlines()[0])
+    p.add_argument("--update-readme", action="store_true", help="rewrite the table in README.md")
+    p.add_argument("--idle-seconds", type=int, default=60, help="run the idle sweeper this long (0: skip)")
+    p.add_argument("--fires", type=int, default=FIRES, help="timers per measured sweep (0: skip the fires)")
+    args = p.parse_args(argv)
+    if args.update_readme and (args.idle_seconds != 60 or args.fires != FIRES):
+        p.error("--update-readme measures everything: leave --idle-seconds and --fires alone")
+    table = render(measure(args.idle_seconds, args.fires))
+    print(table)
+    if args.update_readme:
+        readme_table()
+        README.write_text(_BLOCK.sub(lambda mo: mo.group(1) + table + "\n" + mo.group(2), README.read_text()))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
