@@ -29,6 +29,7 @@ from urllib.parse import parse_qsl
 
 import statebound as sb
 from statebound import jsonio
+from statebound.dynamodb import MAX_INSTANCE_ID_BYTES
 
 from app import get_host
 from telemetry import logger, scope
@@ -41,8 +42,9 @@ _STATUS = (
 #: What a client is told when the details must stay in the log.
 _GENERIC = {409: "the instance changed concurrently; retry", 413: "the instance would exceed the storage limit",
             503: "storage is unavailable; retry later"}
-#: Longest instance id accepted, in UTF-8 bytes (the table keys ids of up to 1,000 bytes).
-MAX_ID_BYTES = 1_000
+#: Longest instance id accepted, in UTF-8 bytes: what the table can key (below DynamoDB's
+#: 1,024-byte sort-key limit, since the dead index's sort key is the id plus a suffix).
+MAX_ID_BYTES = MAX_INSTANCE_ID_BYTES
 #: A caller's X-Correlation-Id is used only if it looks like an id (it goes into every log line).
 _CORRELATION_ID = re.compile(r"[A-Za-z0-9._:/=+@-]{1,128}")
 
@@ -92,10 +94,13 @@ def check_instance_id(instance_id: str) -> str:
     """The id from the path, if this API accepts it; else :class:`BadRequest`.
 
     Any printable string of up to ``MAX_ID_BYTES`` works, ``#``, ``lease#...`` and the like
-    included (the table keeps internal items where no id reaches). Refused: control
-    characters (they would travel into logs and URLs), ``::`` (it names invoked children)
-    and lone surrogates (not encodable).
+    included: the table keeps internal items in a key space no instance id reaches, and the
+    store refuses what it cannot key (``InvalidInstanceId``, also a 400). Refused here
+    first: control characters (they would travel into logs and URLs), ``::`` (it names
+    invoked children) and lone surrogates (not encodable).
     """
+    if not isinstance(instance_id, str) or not instance_id:
+        raise BadRequest("instance id is empty")
     try:
         size = len(instance_id.encode("utf-8"))
     except UnicodeEncodeError:
@@ -182,8 +187,10 @@ def handle(event: dict[str, Any], context: Any) -> dict[str, Any]:
     logger.set_correlation_id(cid)
     params = event.get("pathParameters") or {}
     parts = [p for p in path.split("/") if p]
-    instance_id = params.get("id") or (parts[1] if len(parts) >= 2 and parts[0] == "instances" else None)
-    if not instance_id:
+    # API Gateway decodes {id} into pathParameters; the raw path is only a fallback
+    instance_id = params["id"] if "id" in params else (parts[1] if len(parts) >= 2 and parts[0] == "instances"
+                                                         else None)
+    if instance_id is None:
         return _response(404, {"error": f"no route for {method} {path}"}, cid)
     try:
         with scope(instance_id=check_instance_id(instance_id), route=f"{method} /instances/{{id}}"

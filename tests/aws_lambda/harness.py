@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import pytest
 
@@ -38,6 +39,11 @@ def http_event(method: str, path: str, body: object = None, *, content_type: str
     """
     parts = [p for p in path.split("/") if p]
     route = "/instances/{id}" + ("/events" if len(parts) == 3 else "")
+    if instance_id is not None and len(parts) >= 2:
+        try:   # the path as a client would send it: the id percent-encoded
+            path = "/".join(["", parts[0], quote(instance_id, safe=""), *parts[2:]])
+        except UnicodeEncodeError:
+            pass   # a lone surrogate has no UTF-8 form; keep the placeholder
     return {
         "version": "2.0",
         "routeKey": f"{method} {route}",
