@@ -194,7 +194,7 @@ def handle(event: dict[str, Any], context: Any) -> dict[str, Any]:
         return _response(404, {"error": f"no route for {method} {path}"}, cid)
     try:
         with scope(instance_id=check_instance_id(instance_id), route=f"{method} /instances/{{id}}"
-                   + ("/events" if len(parts) == 3 else "")):
+                   + ("/events" if len(parts) == 3 else ""), api_request_id=event["requestContext"].get("requestId")):
             return _route(event, method, path, parts, instance_id, cid)
     except BadRequest as exc:
         return _response(400, {"error": str(exc)}, cid)

@@ -165,6 +165,7 @@ def test_logs_carry_instance_chart_event_request_and_correlation_ids(lam, capsys
     assert processed["instance_id"] == "order-7" and processed["chart"] == "order" and processed["revision"] == "v2"
     assert processed["event"] == "StartPayment" and processed["correlation_id"] == "corr-42"
     assert processed["function_request_id"] == "lambda-req-1" and processed["level"] == "INFO"
+    assert processed["api_request_id"] == "req-1"   # API Gateway's, beside the caller's correlation id
 
     lam.clock.advance(30_000)
     lam.sweep(8_000, 2_000)
