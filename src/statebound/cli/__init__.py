@@ -1,0 +1,96 @@
+"""The ``statebound`` command.
+
+One module per command group: ``instances`` (start, send, show, delete), ``timers``
+(timers, sweep, purge), ``charts`` (validate, diagram), ``drive``, ``blobs`` (inspect,
+migrate of one blob) and ``dynamodb`` (create-table). ``_store`` opens the store and its
+chart registry for all of them; ``_base`` holds output and errors.
+
+Instances live in a SQLite database (``--db PATH``, default ``$STATEBOUND_DB`` or
+``statebound.db``). Charts given to ``start`` are remembered in the same store (their
+source and location), so later commands need only the instance id.
+
+Every error prints one line on stderr and exits non-zero; output is for humans unless
+``--json`` is given.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from ..exceptions import (ChartError, InstanceExists, InstanceNotFound, NotRunning, PositionError,
+                          StateboundError, UnknownChart)
+from . import blobs, charts, drive, dynamodb, instances, timers
+from ._base import EXIT_ERROR, EXIT_EXISTS, EXIT_NOT_FOUND, EXIT_NOT_RUNNING, EXIT_USAGE, CliError
+from .charts import mermaid
+
+__all__ = ["main", "mermaid", "build_parser"]
+
+
+class _Parser(argparse.ArgumentParser):
+    """Usage errors are one line too (``statebound send: error: ...``), exit code 2."""
+
+    def error(self, message: str) -> Any:
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message.splitlines()[0] if message else ''}\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser (exposed for documentation and tests)."""
+    p = _Parser(prog="statebound", description="Durable SCXML statecharts.")
+    p.add_argument("--db", default=os.environ.get("STATEBOUND_DB", "statebound.db"),
+                   help="SQLite database (default: $STATEBOUND_DB or statebound.db)")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    # --db and --json are also accepted after the command (`statebound show ID --json`);
+    # SUPPRESS keeps the global value when they are not repeated there.
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--db", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+    common.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+    sub = p.add_subparsers(dest="cmd", required=True)
+    _add = sub.add_parser
+    sub.add_parser = lambda name, **kw: _add(name, parents=[common], **kw)  # type: ignore[method-assign, list-item]
+    for module in (instances, timers, charts, drive, blobs, dynamodb):
+        module.register(sub)
+    return p
+
+
+_CODES = ((InstanceNotFound, EXIT_NOT_FOUND), (UnknownChart, EXIT_NOT_FOUND), (InstanceExists, EXIT_EXISTS),
+          (NotRunning, EXIT_NOT_RUNNING), (ChartError, EXIT_ERROR), (PositionError, EXIT_ERROR))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the CLI; returns the exit code."""
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # --help, or a usage error already printed on one line
+        return exc.code if isinstance(exc.code, int) else EXIT_USAGE
+    try:
+        return args.fn(args)
+    except CliError as exc:
+        print(f"statebound: error: {exc}", file=sys.stderr)
+        return exc.code
+    except StateboundError as exc:
+        code = next((c for t, c in _CODES if isinstance(exc, t)), EXIT_ERROR)
+        first = str(exc).splitlines()
+        msg = first[0] if len(first) == 1 else "; ".join(x.strip(" -") for x in first)
+        print(f"statebound: error: {msg}", file=sys.stderr)
+        return code
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        return 0
+    except ValueError as exc:  # e.g. an instance id the host refuses ('::', empty, too long)
+        print(f"statebound: error: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}",
+              file=sys.stderr)
+        return EXIT_USAGE
+    except Exception as exc:  # never a traceback; STATEBOUND_TRACEBACK=1 shows it
+        if os.environ.get("STATEBOUND_TRACEBACK"):
+            raise
+        text = str(exc).splitlines()[0] if str(exc) else ""
+        print(f"statebound: error: {type(exc).__name__}: {text}", file=sys.stderr)
+        return EXIT_ERROR
+
+

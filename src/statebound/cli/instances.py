@@ -1,0 +1,72 @@
+"""Instance commands: ``start``, ``send``, ``show`` and ``delete``."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from .. import Event
+from ._base import EXIT_USAGE, CliError, emit, human_position, load_chart_file, parse_data, position_dict
+from ._store import open_host
+
+__all__ = ["register"]
+
+
+def cmd_start(args: argparse.Namespace) -> int:
+    chart, source = load_chart_file(args.chart)
+    host, reg = open_host(args)
+    reg.remember(chart, str(Path(args.chart).resolve()), source)
+    data = parse_data(args.data)
+    if data is not None and not isinstance(data, dict):
+        raise CliError(f"--data for start must be a JSON object, not {type(data).__name__}", EXIT_USAGE)
+    host.register(chart)
+    pos = host.start(chart.name, args.id, data)
+    d = position_dict(pos, host.pending_timers(args.id), args.id)
+    emit(args, d, human_position(d))
+    return 0
+
+
+def cmd_send(args: argparse.Namespace) -> int:
+    host, _ = open_host(args)
+    pos = host.send(args.id, Event(args.event, parse_data(args.data)))
+    d = position_dict(pos, host.pending_timers(args.id), args.id)
+    emit(args, d, human_position(d))
+    return 0
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    host, _ = open_host(args)
+    d = position_dict(host.get(args.id), host.pending_timers(args.id), args.id)
+    emit(args, d, human_position(d))
+    return 0
+
+
+def cmd_delete(args: argparse.Namespace) -> int:
+    host, _ = open_host(args)
+    host.delete(args.id)
+    emit(args, {"deleted": args.id}, f"deleted {args.id}")
+    return 0
+
+
+def register(sub: Any) -> None:
+    """Add this module's commands to the ``statebound`` parser."""
+    s = sub.add_parser("start", help="start an instance of a chart")
+    s.add_argument("chart")
+    s.add_argument("id")
+    s.add_argument("--data", help="initial datamodel values, as a JSON object")
+    s.set_defaults(fn=cmd_start)
+
+    s = sub.add_parser("send", help="send an event to an instance")
+    s.add_argument("id")
+    s.add_argument("event")
+    s.add_argument("--data", help="event data, as JSON")
+    s.set_defaults(fn=cmd_send)
+
+    s = sub.add_parser("show", help="show an instance")
+    s.add_argument("id")
+    s.set_defaults(fn=cmd_show)
+
+    s = sub.add_parser("delete", help="purge an instance, its timers and children")
+    s.add_argument("id")
+    s.set_defaults(fn=cmd_delete)
