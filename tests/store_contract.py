@@ -609,3 +609,25 @@ class StoreContract:
             assert store.load(iid) is None and store.get_timer((iid, 1)) is None
         assert store.load("bystander") == before
         assert keys(store.pending_timers("bystander")) == [("bystander", 1)]
+
+    # ------------------------------------------------------------------ operator batch jobs
+
+    def test_purge_done_deletes_old_done_rows_only_in_bounded_calls(self, store):
+        put(store, *[timer("a", i, 10 * i) for i in range(1, 6)], timer("b", 1, 15))
+        for i in (1, 2, 3, 5):
+            store.commit(Commit(complete=TimerCompletion(("a", i), "fired")))
+        # done and due before 45: a1, a2, a3; a4 is pending, a5 is due at 50, b1 pending
+        total, calls = 0, 0
+        while True:
+            n = store.purge_done(45, limit=2)
+            assert n <= 2
+            total, calls = total + n, calls + 1
+            if n < 2:
+                break
+        assert total == 3 and calls == 2
+        assert [store.get_timer(("a", i)) for i in (1, 2, 3)] == [None, None, None]
+        assert store.get_timer(("a", 5)).state == DONE
+        assert keys(store.pending_timers("a")) == [("a", 4)]
+        assert keys(store.pending_timers("b")) == [("b", 1)]
+        assert store.purge_done(1_000, limit=0) == 0
+        assert store.purge_done(1_000) == 1          # a5

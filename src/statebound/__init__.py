@@ -21,11 +21,12 @@ from .exceptions import __all__ as _errors
 from .host import Host, ManualClock, MemoryStore, Sweeper, SystemClock
 from .interpreter import Interpreter, Position
 from .position import diff
+from .storeurl import open_store
 
 __version__ = "0.1.0"
 
 __all__ = ["Chart", "Interpreter", "Position", "Event", "effects", "diff", "Host", "Sweeper",  # noqa: PLE0604
-           "ManualClock", "SystemClock", "MemoryStore", "SQLiteStore", *_errors]  # noqa: F405
+           "ManualClock", "SystemClock", "MemoryStore", "SQLiteStore", "open_store", *_errors]  # noqa: F405
 
 
 def __getattr__(name: str) -> Any:

@@ -31,7 +31,8 @@ so a host can catch the whole family in one clause and still tell the cases apar
         ├── ConflictError             optimistic version check failed
         ├── ItemTooLarge              a position or commit over the backend's limit
         ├── InvalidInstanceId         an id the backend cannot key (empty, unencodable, too long)
-        └── StoreUnavailable          the backend failed (throttled past retries, I/O error)
+        ├── StoreUnavailable          the backend failed (throttled past retries, I/O error)
+        └── InvalidStoreURL           open_store() was given a URL it cannot open
 
 Errors raised by executable content inside a chart are *not* in this tree: the W3C
 algorithm turns them into ``error.execution`` events and they never reach the host.
@@ -74,6 +75,7 @@ __all__ = [
     "ItemTooLarge",
     "InvalidInstanceId",
     "StoreUnavailable",
+    "InvalidStoreURL",
 ]
 
 
@@ -399,3 +401,8 @@ class InvalidInstanceId(StoreError, ValueError):
 
 class StoreUnavailable(StoreError):
     """The backend failed in a way retries did not cure (I/O error, throttled)."""
+
+
+class InvalidStoreURL(StoreError, ValueError):
+    """:func:`statebound.open_store` cannot open this URL: an unknown scheme or option, a bad
+    value, a missing table name, or a backend whose extra is not installed. Nothing was opened."""

@@ -5,9 +5,12 @@ One module per command group: ``instances`` (start, send, show, delete), ``timer
 migrate of one blob) and ``dynamodb`` (create-table). ``_store`` opens the store and its
 chart registry for all of them; ``_base`` holds output and errors.
 
-Instances live in a SQLite database (``--db PATH``, default ``$STATEBOUND_DB`` or
-``statebound.db``). Charts given to ``start`` are remembered in the same store (their
-source and location), so later commands need only the instance id.
+Instances live in the store named by ``--store URL`` (alias ``--db``; default
+``$STATEBOUND_STORE``, ``$STATEBOUND_DB`` or ``statebound.db``): a SQLite path,
+``sqlite:///path`` or ``dynamodb://TABLE?region=...&endpoint_url=...``. Every command
+that touches instances works on every store with the same output. Charts given to
+``start`` are remembered in the same store (their source and location), so later
+commands need only the instance id.
 
 Every error prints one line on stderr and exits non-zero; output is for humans unless
 ``--json`` is given.
@@ -21,9 +24,10 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from ..exceptions import (ChartError, InstanceExists, InstanceNotFound, NotRunning, PositionError,
-                          StateboundError, UnknownChart)
+from ..exceptions import (ChartError, InstanceExists, InstanceNotFound, InvalidStoreURL, NotRunning,
+                          PositionError, StateboundError, UnknownChart)
 from . import blobs, charts, drive, dynamodb, instances, timers
+from ._store import default_store
 from ._base import EXIT_ERROR, EXIT_EXISTS, EXIT_NOT_FOUND, EXIT_NOT_RUNNING, EXIT_USAGE, CliError
 from .charts import mermaid
 
@@ -40,13 +44,14 @@ class _Parser(argparse.ArgumentParser):
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser (exposed for documentation and tests)."""
     p = _Parser(prog="statebound", description="Durable SCXML statecharts.")
-    p.add_argument("--db", default=os.environ.get("STATEBOUND_DB", "statebound.db"),
-                   help="SQLite database (default: $STATEBOUND_DB or statebound.db)")
+    p.add_argument("--store", "--db", dest="store", metavar="URL", default=default_store(),
+                   help="a SQLite path, sqlite:///PATH or dynamodb://TABLE?region=...&endpoint_url=... "
+                        "(default: $STATEBOUND_STORE, $STATEBOUND_DB or statebound.db); --db is an alias")
     p.add_argument("--json", action="store_true", help="machine-readable output")
-    # --db and --json are also accepted after the command (`statebound show ID --json`);
+    # --store and --json are also accepted after the command (`statebound show ID --json`);
     # SUPPRESS keeps the global value when they are not repeated there.
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--db", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+    common.add_argument("--store", "--db", dest="store", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
     common.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
     sub = p.add_subparsers(dest="cmd", required=True)
     _add = sub.add_parser
@@ -57,7 +62,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 _CODES = ((InstanceNotFound, EXIT_NOT_FOUND), (UnknownChart, EXIT_NOT_FOUND), (InstanceExists, EXIT_EXISTS),
-          (NotRunning, EXIT_NOT_RUNNING), (ChartError, EXIT_ERROR), (PositionError, EXIT_ERROR))
+          (NotRunning, EXIT_NOT_RUNNING), (ChartError, EXIT_ERROR), (PositionError, EXIT_ERROR),
+          (InvalidStoreURL, EXIT_USAGE))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

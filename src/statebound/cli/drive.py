@@ -16,8 +16,8 @@ from ._store import open_location
 __all__ = ["register"]
 
 
-def _drive_worker(db: str, lines: list[tuple[int, dict[str, Any]]], progress: Any) -> tuple[int, list[str]]:
-    store, reg = open_location(db)
+def _drive_worker(location: str, lines: list[tuple[int, dict[str, Any]]], progress: Any) -> tuple[int, list[str]]:
+    store, reg = open_location(location)
     host = Host(reg.load_all(), store=store, clock=SystemClock(), on_log=lambda *a: None)
     ok, errors = 0, []
     for n, (lineno, item) in enumerate(lines, 1):
@@ -33,7 +33,9 @@ def _drive_worker(db: str, lines: list[tuple[int, dict[str, Any]]], progress: An
             progress.put(50)
     if progress is not None:
         progress.put(len(lines) % 50)
-    store.close()
+    close = getattr(store, "close", None)   # DynamoStore holds no connection to close
+    if close is not None:
+        close()
     return ok, errors
 
 
@@ -83,7 +85,7 @@ def cmd_drive(args: argparse.Namespace) -> int:
         q: Any = queue.SimpleQueue()
         def work() -> None:
             try:
-                q.put(("result", _drive_worker(args.db, parts[0], q)))
+                q.put(("result", _drive_worker(args.store, parts[0], q)))
             except BaseException as exc:  # never leave the loop below waiting forever
                 q.put(("error", exc))
         t = threading.Thread(target=work)
@@ -107,7 +109,7 @@ def cmd_drive(args: argparse.Namespace) -> int:
         with ctx.Manager() as manager:
             q = manager.Queue()
             with ctx.Pool(workers) as pool:
-                res = [pool.apply_async(_drive_worker, (args.db, p, q)) for p in parts]
+                res = [pool.apply_async(_drive_worker, (args.store, p, q)) for p in parts]
                 done = 0
                 while not all(r.ready() for r in res) or not q.empty():
                     try:

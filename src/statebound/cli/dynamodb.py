@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from ._base import CliError, emit
+from ..storeurl import open_store, parse_store_url
+from ._base import EXIT_USAGE, CliError, emit
 
 __all__ = ["register"]
 
@@ -16,8 +17,15 @@ def cmd_dynamodb(args: argparse.Namespace) -> int:
     except ImportError as exc:
         raise CliError(f"the DynamoDB backend needs the 'aws' extra (pip install 'statebound[aws]'): {exc}") from None
     if args.dynamo_cmd == "create-table":
-        DynamoStore.create_table(args.name)
-        emit(args, {"table": args.name, "created": True}, f"table {args.name} is ready")
+        # The table, region and endpoint come from a dynamodb:// --store; NAME overrides the table.
+        client, name = None, args.name
+        if parse_store_url(args.store).scheme == "dynamodb":
+            store = open_store(args.store)
+            client, name = store.client, name or store.table_name
+        if not name:
+            raise CliError("create-table needs a NAME, or --store dynamodb://TABLE", EXIT_USAGE)
+        DynamoStore.create_table(name, client)
+        emit(args, {"table": name, "created": True}, f"table {name} is ready")
     return 0
 
 
@@ -26,5 +34,5 @@ def register(sub: Any) -> None:
     s = sub.add_parser("dynamodb", help="DynamoDB backend tools")
     dsub = s.add_subparsers(dest="dynamo_cmd", required=True)
     c = dsub.add_parser("create-table", help="create the statebound table (idempotent)")
-    c.add_argument("name")
+    c.add_argument("name", nargs="?", help="the table (default: the one --store names)")
     s.set_defaults(fn=cmd_dynamodb)

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import sqlite3
+import time
 from pathlib import Path
+from typing import Any
 
 from .. import Chart
 
-__all__ = ["ChartRegistry", "SQLiteChartRegistry", "charts_from_rows"]
+__all__ = ["ChartRegistry", "SQLiteChartRegistry", "DynamoChartRegistry", "charts_from_rows"]
 
 
 class ChartRegistry:
@@ -62,3 +64,53 @@ class SQLiteChartRegistry(ChartRegistry):
     def close(self) -> None:
         """Close the registry's connection."""
         self.db.close()
+
+
+class DynamoChartRegistry(ChartRegistry):
+    """The registry as items in the statebound table: one partition, ``pk = "cli#charts"``,
+    one item per revision with ``sk = "R#<name>\\x1f<identity>"``.
+
+    The sort key never starts with ``P`` or ``T#``, so an instance that happens to be named
+    ``cli#charts`` keeps its own items apart. Loading every revision is one ``Query``.
+    """
+
+    PK = "cli#charts"
+
+    def __init__(self, client: Any, table_name: str) -> None:
+        self.client = client
+        self.table_name = table_name
+
+    def _call(self, op: str, **kwargs: Any) -> Any:
+        from ..dynamodb._errors import call
+        return call(getattr(self.client, op), TableName=self.table_name, **kwargs)
+
+    def remember(self, chart: Chart, path: str, source: bytes) -> None:
+        """Record ``chart``; it becomes the latest revision of its name (by wall-clock order)."""
+        from ..dynamodb._codec import B, N, S, item_size
+        from ..dynamodb.store import MAX_ITEM_BYTES
+        from ..exceptions import ItemTooLarge
+        item = {"pk": S(self.PK), "sk": S(f"R#{chart.name}\x1f{chart.identity}"), "name": S(chart.name),
+                "path": S(path), "source": B(source), "seq": N(time.time_ns())}
+        size = item_size(item)
+        if size > MAX_ITEM_BYTES:
+            raise ItemTooLarge(f"chart {chart.name!r} is {size:,} bytes; a DynamoDB item holds at most 400 KB",
+                               size, MAX_ITEM_BYTES)
+        self._call("put_item", Item=item)
+
+    def load_all(self) -> list[Chart]:
+        """Every remembered revision, oldest first."""
+        from ..dynamodb._codec import S
+        rows = []
+        kwargs: dict[str, Any] = dict(
+            ConsistentRead=True, KeyConditionExpression="#pk = :pk AND begins_with(#sk, :r)",
+            ExpressionAttributeNames={"#pk": "pk", "#sk": "sk"},
+            ExpressionAttributeValues={":pk": S(self.PK), ":r": S("R#")})
+        while True:
+            page = self._call("query", **kwargs)
+            for item in page.get("Items", []):
+                rows.append((int(item["seq"]["N"]), item["name"]["S"], item["path"]["S"], bytes(item["source"]["B"])))
+            if not page.get("LastEvaluatedKey"):
+                break
+            kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+        rows.sort(key=lambda r: r[0])
+        return charts_from_rows([(name, path, source) for _, name, path, source in rows])

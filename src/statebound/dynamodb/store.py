@@ -82,6 +82,7 @@ from ..exceptions import ConflictError, ItemTooLarge, StoreError
 from ..host.store import (CLAIMED, DEAD, DONE, PENDING, WAITING, Commit, PositionRecord, PositionWrite,
                           TimerCompletion, TimerKey, TimerRow, commit_instance_ids)
 from . import _codec as codec
+from . import _operator
 from ._codec import N, S
 from ._errors import ActionInfo, call, error_code, map_dynamodb_errors
 
@@ -224,6 +225,10 @@ class DynamoStore:
         # shard -> (non-empty buckets below horizon, horizon), learnt from an index scan;
         # buckets below the horizon had settled at scan time, so the list is complete there
         self._known: dict[int, tuple[list[int], int]] = {}
+        self._purge_resume: dict[str, Any] | None = None   # where purge_done's scan goes on
+
+    # operator reads and batch jobs (see _operator.py for what each costs)
+    purge_done = _operator.purge_done
 
     # ------------------------------------------------------------------ table
     @staticmethod

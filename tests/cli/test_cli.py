@@ -1,6 +1,9 @@
 """The ``statebound`` command: in-process through ``statebound.cli.main`` (capsys), and once
 through a real ``python -m statebound.cli`` subprocess.
 
+Tests that take ``store_url`` run twice, on SQLite and on the moto server (see conftest.py),
+with the same assertions.
+
 Every error case checks the contract: a non-zero exit code, exactly one line on stderr,
 no traceback, nothing on stdout.
 """
@@ -18,13 +21,14 @@ import pytest
 import statebound as sb
 from statebound.cli import main
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 ORDER = str(ROOT / "examples" / "order" / "order.scxml")
 
 
 @pytest.fixture
 def db(tmp_path, monkeypatch):
     path = tmp_path / "cli.db"
+    monkeypatch.delenv("STATEBOUND_STORE", raising=False)
     monkeypatch.setenv("STATEBOUND_DB", str(path))
     monkeypatch.chdir(tmp_path)
     return path
@@ -63,10 +67,9 @@ def fails(capsys, *argv, code=None):
 # ----------------------------------------------------------------------------- happy paths
 
 
-def test_start_send_show_human_and_json(db, capsys):
+def test_start_send_show_human_and_json(store_url, capsys):
     out = ok(capsys, "start", ORDER, "o1", "--data", '{"amount": 25, "payment_timeout": "1h"}')
     assert "o1" in out and "[order]" in out and "running" in out and "Pending" in out
-    assert db.exists()                                # STATEBOUND_DB is the default --db
     d = ok_json(capsys, "send", "o1", "StartPayment", "--data", '{"card": "4242"}')
     assert d["configuration"] == ["Started"] and d["status"] == "running"
     assert d["datamodel"]["card"] == "4242" and d["datamodel"]["amount"] == 25
@@ -77,11 +80,9 @@ def test_start_send_show_human_and_json(db, capsys):
     assert d["instance"] == "o1" and d["macrostep"] == 1
     # --json also works after the command
     assert json.loads(ok(capsys, "show", "o1", "--json"))["instance"] == "o1"
-    # the state is in the file: a library host sees the same
-    store = sb.SQLiteStore(db)
-    host = sb.Host([sb.Chart.from_file(ORDER)], store=store)
+    # the state is in the store ($STATEBOUND_STORE is the default): a library host sees the same
+    host = sb.Host([sb.Chart.from_file(ORDER)], store=sb.open_store(store_url))
     assert host.get("o1").configuration == frozenset({"Started"})
-    store.close()
 
 
 def test_db_flag_overrides_env(db, capsys, tmp_path):
@@ -93,7 +94,7 @@ def test_db_flag_overrides_env(db, capsys, tmp_path):
     assert ok_json(capsys, "show", "x", "--db", str(other))["instance"] == "x"
 
 
-def test_timers_lists_names_and_due_times(db, capsys):
+def test_timers_lists_names_and_due_times(store_url, capsys):
     ok(capsys, "start", ORDER, "o1", "--data", '{"payment_timeout": "1h"}')
     before = time.time()
     ok(capsys, "send", "o1", "StartPayment")
@@ -110,7 +111,7 @@ def test_timers_lists_names_and_due_times(db, capsys):
     assert "no pending timers" in ok(capsys, "timers", "o1")
 
 
-def test_sweep_once_and_until_idle(db, capsys):
+def test_sweep_once_and_until_idle(store_url, capsys):
     for i in range(3):
         ok(capsys, "start", ORDER, f"o{i}", "--data", '{"payment_timeout": "1ms"}')
         ok(capsys, "send", f"o{i}", "StartPayment")
@@ -124,7 +125,7 @@ def test_sweep_once_and_until_idle(db, capsys):
         assert ok_json(capsys, "show", f"o{i}")["configuration"] == ["Cancelled"]
 
 
-def test_delete(db, capsys):
+def test_delete(store_url, capsys):
     ok(capsys, "start", ORDER, "o1")
     ok(capsys, "send", "o1", "StartPayment")
     assert "deleted o1" in ok(capsys, "delete", "o1")
@@ -166,7 +167,7 @@ def _events(tmp_path, n_orders):
     return p
 
 
-def test_drive_jsonl_one_worker(db, capsys, tmp_path):
+def test_drive_jsonl_one_worker(store_url, capsys, tmp_path):
     ok(capsys, "start", ORDER, "seed")                 # registers the chart by name
     p = _events(tmp_path, 6)
     d = ok_json(capsys, "drive", str(p))
@@ -180,7 +181,7 @@ def test_drive_jsonl_one_worker(db, capsys, tmp_path):
     assert ok_json(capsys, "drive", str(empty))["events"] == 0
 
 
-def test_drive_jsonl_workers_and_line_errors(db, capsys, tmp_path):
+def test_drive_jsonl_workers_and_line_errors(store_url, capsys, tmp_path):
     ok(capsys, "start", ORDER, "seed")
     p = _events(tmp_path, 8)
     d = ok_json(capsys, "drive", str(p), "--workers", "2")
@@ -244,7 +245,7 @@ def test_migrate_with_map(db, capsys, tmp_path):
 # ----------------------------------------------------------------------------- errors
 
 
-def test_errors_are_one_line_and_nonzero(db, capsys, tmp_path):
+def test_errors_are_one_line_and_nonzero(store_url, capsys, tmp_path):
     ok(capsys, "start", ORDER, "o1")
     ok(capsys, "send", "o1", "Cancel")                 # o1 is now done
     bad = tmp_path / "bad.scxml"
@@ -277,7 +278,8 @@ def test_errors_are_one_line_and_nonzero(db, capsys, tmp_path):
     fails(capsys, "start", ORDER, "a::b", code=2)                          # id the host refuses
     fails(capsys, "send", code=2)                                          # usage
     fails(capsys, "frobnicate", code=2)
-    fails(capsys, "--db", str(junk), "show", "o1")                         # not a database
+    if store_url.startswith("sqlite"):
+        fails(capsys, "--db", str(junk), "show", "o1")                     # not a database
     # nothing of the refused calls was written
     assert ok_json(capsys, "show", "o1")["macrostep"] == 1
     fails(capsys, "show", "o2", code=3)
@@ -314,8 +316,8 @@ def test_dynamodb_create_table_is_idempotent(monkeypatch, capsys):
     assert '"created": true' in capsys.readouterr().out
 
 
-def test_purge_removes_old_completed_rows(tmp_path, capsys):
-    db = str(tmp_path / "c.db")
+def test_purge_removes_old_completed_rows(store_url, tmp_path, capsys):
+    db = store_url
     chart = tmp_path / "t.scxml"
     chart.write_text('''<scxml xmlns="http://www.w3.org/2005/07/scxml" initial="s" datamodel="python">
       <state id="s"><onentry><send event="a" delay="1ms"/></onentry><transition event="a"/></state></scxml>''')
@@ -326,3 +328,47 @@ def test_purge_removes_old_completed_rows(tmp_path, capsys):
     assert main(["--db", db, "--json", "purge", "--older-than", "0ms"]) == 0
     assert json.loads(capsys.readouterr().out)["purged"] == 1
     assert main(["--db", db, "purge", "--older-than", "soon"]) == 2
+
+
+# ----------------------------------------------------------------------------- store URLs
+
+
+def test_store_flag_env_precedence_and_bad_urls(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("STATEBOUND_DB", str(tmp_path / "db.db"))
+    monkeypatch.setenv("STATEBOUND_STORE", f"sqlite:///{tmp_path / 'store.db'}")
+    ok(capsys, "start", ORDER, "a")                                # $STATEBOUND_STORE beats $STATEBOUND_DB
+    assert (tmp_path / "store.db").exists() and not (tmp_path / "db.db").exists()
+    ok(capsys, "--store", "flag.db", "start", ORDER, "b")          # the flag beats both
+    assert ok_json(capsys, "show", "b", "--store", "sqlite:///flag.db")["instance"] == "b"
+    fails(capsys, "show", "b", code=3)
+    assert "unknown scheme" in fails(capsys, "--store", "redis://x", "show", "a", code=2)
+    assert "table name" in fails(capsys, "--store", "dynamodb://x", "show", "a", code=2)
+    assert "keeps nothing" in fails(capsys, "--store", "memory://", "show", "a", code=2)
+    assert "NaN" in fails(capsys, "send", "a", "Cancel", "--data", '{"x": NaN}', code=2)   # strict JSON
+    assert ok_json(capsys, "show", "a")["status"] == "running"     # nothing was sent
+
+
+def test_real_subprocess_on_moto_server(moto_endpoint, monkeypatch, tmp_path):
+    """`statebound --store dynamodb://...` in a real process, against the moto server."""
+    from .conftest import _aws_env
+    _aws_env(monkeypatch)
+    table = f"sb-sub-{tmp_path.name[-8:].replace('_', '-')}"
+    url = f"dynamodb://{table}?region=us-east-1&endpoint_url={moto_endpoint}"
+    base = [sys.executable, "-m", "statebound.cli", "--store", url]
+
+    def sb_run(*argv):
+        return subprocess.run([*base, *argv], capture_output=True, text=True, timeout=120)
+
+    p = sb_run("--json", "dynamodb", "create-table")
+    assert p.returncode == 0, p.stderr
+    assert json.loads(p.stdout) == {"table": table, "created": True}
+    p = sb_run("--json", "start", ORDER, "o1", "--data", '{"payment_timeout": "2h"}')
+    assert p.returncode == 0, p.stderr
+    assert json.loads(p.stdout)["configuration"] == ["Pending"]
+    p = sb_run("--json", "send", "o1", "StartPayment")
+    assert p.returncode == 0, p.stderr
+    assert [t["name"] for t in json.loads(p.stdout)["timers"]] == ["PaymentTimeout"]
+    p = sb_run("send", "ghost", "x")
+    assert p.returncode == 3 and p.stdout == "" and "ghost" in p.stderr
+    assert p.stderr.strip().count("\n") == 0 and "Traceback" not in p.stderr

@@ -1,0 +1,103 @@
+"""``sb.open_store(url)``: one string for every backend, typed errors for bad URLs, and no
+backend imported before its URL asks for it."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+import statebound as sb
+from statebound.storeurl import StoreURL, parse_store_url
+
+
+@pytest.mark.parametrize("url, parsed", [
+    ("orders.db", StoreURL("sqlite", "orders.db")),
+    ("/var/x?y.db", StoreURL("sqlite", "/var/x?y.db")),             # a plain path is taken as is
+    ("sqlite:///orders.db", StoreURL("sqlite", "orders.db")),
+    ("sqlite:////var/lib/o.db", StoreURL("sqlite", "/var/lib/o.db")),
+    ("sqlite:///o%20b.db?timeout_s=2.5&keep_done=false", StoreURL("sqlite", "o b.db",
+                                                                  {"timeout_s": 2.5, "keep_done": False})),
+    ("SQLITE:///:memory:", StoreURL("sqlite", ":memory:")),
+    ("memory://", StoreURL("memory", "")),
+    ("dynamodb://Orders.prod-1?region=eu-west-1&endpoint_url=http://127.0.0.1:5000&shards=4",
+     StoreURL("dynamodb", "Orders.prod-1", {"region": "eu-west-1", "endpoint_url": "http://127.0.0.1:5000",
+                                            "shards": 4})),
+    ("dynamodb://tbl/", StoreURL("dynamodb", "tbl")),
+])
+def test_parse(url, parsed):
+    assert parse_store_url(url) == parsed
+
+
+@pytest.mark.parametrize("url, words", [
+    ("", "non-empty"),
+    ("postgres://db/x", "unknown scheme 'postgres'"),
+    ("sqlite://host/x.db", "no host"),
+    ("sqlite:///", "no database path"),
+    ("sqlite:///x.db?shards=2", "unknown option 'shards'"),
+    ("sqlite:///x.db?timeout_s=soon", "not a float"),
+    ("sqlite:///x.db?timeout_s=-1", "must be positive"),
+    ("sqlite:///x.db#frag", "fragment"),
+    ("dynamodb://", "is not a DynamoDB table name"),
+    ("dynamodb://a b c", "is not a DynamoDB table name"),
+    ("dynamodb://tbl/extra", "nothing after it"),
+    ("dynamodb://tbl?region=a&region=b", "given twice"),
+    ("dynamodb://tbl?keep_done=perhaps", "not true or false"),
+    ("dynamodb://tbl?shards=many", "not an int"),
+    ("dynamodb://tbl?region=", "is empty"),
+    ("memory://somewhere", "takes no location"),
+])
+def test_bad_urls_are_typed_errors(url, words):
+    with pytest.raises(sb.InvalidStoreURL) as err:
+        sb.open_store(url)
+    assert words in str(err.value)
+    assert isinstance(err.value, sb.StoreError) and isinstance(err.value, ValueError)
+
+
+def test_opens_each_backend(tmp_path):
+    store = sb.open_store(f"sqlite:///{tmp_path / 'a.db'}?keep_done=false")
+    assert isinstance(store, sb.SQLiteStore) and store.path == str(tmp_path / "a.db") and not store._keep_done
+    store.close()
+    assert isinstance(sb.open_store("memory://"), sb.MemoryStore)
+    # overrides win over URL options
+    store = sb.open_store(str(tmp_path / "b.db"), timeout_s=1.0)
+    assert store.timeout_s == 1.0
+    store.close()
+
+
+def test_dynamodb_url_opens_a_dynamostore_with_its_options(monkeypatch):
+    pytest.importorskip("boto3")
+    from statebound.dynamodb import DynamoStore
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    store = sb.open_store("dynamodb://orders?region=eu-west-1&endpoint_url=http://127.0.0.1:5999"
+                          "&shards=4&bucket_ms=1000&keep_done=no&done_ttl_s=60")
+    assert isinstance(store, DynamoStore)
+    assert (store.table_name, store.shards, store.bucket_ms, store.keep_done, store.done_ttl_s) == (
+        "orders", 4, 1000, False, 60)
+    assert store.client.meta.region_name == "eu-west-1"
+    assert store.client.meta.endpoint_url == "http://127.0.0.1:5999"
+    with pytest.raises(sb.InvalidStoreURL, match="endpoint"):
+        sb.open_store("dynamodb://orders?region=eu-west-1&endpoint_url=not a url")
+
+
+def test_dynamodb_url_without_any_region_says_how_to_give_one(monkeypatch, tmp_path):
+    pytest.importorskip("boto3")
+    import os
+    for name in [k for k in os.environ if k.startswith("AWS_")]:
+        monkeypatch.delenv(name)
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
+    with pytest.raises(sb.InvalidStoreURL, match=r"region="):
+        sb.open_store("dynamodb://orders")
+
+
+def test_import_and_sqlite_urls_never_import_boto3():
+    code = ("import sys, statebound as sb\n"
+            "assert 'boto3' not in sys.modules and 'sqlite3' not in sys.modules\n"
+            "sb.open_store('sqlite:///:memory:'); sb.open_store('memory://')\n"
+            "assert 'boto3' not in sys.modules and 'botocore' not in sys.modules\n"
+            "print('clean')\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "clean"
