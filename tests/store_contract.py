@@ -610,6 +610,27 @@ class StoreContract:
         assert store.load("bystander") == before
         assert keys(store.pending_timers("bystander")) == [("bystander", 1)]
 
+    # ------------------------------------------------------------------ operator reads
+
+    def test_due_timers_across_instances_earliest_first(self, store):
+        put(store, timer("b", 1, 300), timer("a", 1, 100), timer("c", 7, 200), timer("a", 2, 5_000),
+            timer("d", 1, 150), timer("e", 1, 120))
+        store.commit(Commit(complete=TimerCompletion(("d", 1), "fired")))          # done: never listed
+        assert keys(store.due_timers(250)) == [("a", 1), ("e", 1), ("c", 7)]
+        assert keys(store.due_timers(300, limit=2)) == [("a", 1), ("e", 1)]
+        assert keys(store.due_timers(10_000)) == [("a", 1), ("e", 1), ("c", 7), ("b", 1), ("a", 2)]
+        assert store.due_timers(99) == [] and store.due_timers(10_000, limit=0) == []
+        # a claimed row is still going to fire; a dead one is not; a released one counts at its backoff
+        store.claim_due(130, 2, "n1", 60_000)                                      # claims a1 and e1
+        store.release(("e", 1), "n1", error="boom", next_attempt_at_ms=260, dead=False)
+        store.claim_due(210, 1, "n1", 60_000)                                      # c7
+        store.release(("c", 7), "n1", error="gave up", next_attempt_at_ms=999, dead=True)
+        rows = store.due_timers(1_000)
+        assert keys(rows) == [("a", 1), ("e", 1), ("b", 1)]
+        assert [r.ready_at_ms for r in rows] == [100, 260, 300]
+        assert rows[1].attempts == 1 and rows[1].last_error == "boom"
+        assert keys(store.due_timers(250)) == [("a", 1)]
+
     # ------------------------------------------------------------------ operator batch jobs
 
     def test_purge_done_deletes_old_done_rows_only_in_bounded_calls(self, store):

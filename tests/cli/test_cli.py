@@ -372,3 +372,56 @@ def test_real_subprocess_on_moto_server(moto_endpoint, monkeypatch, tmp_path):
     p = sb_run("send", "ghost", "x")
     assert p.returncode == 3 and p.stdout == "" and "ghost" in p.stderr
     assert p.stderr.strip().count("\n") == 0 and "Traceback" not in p.stderr
+
+
+# ----------------------------------------------------------------------------- timers across instances
+
+
+def test_timers_due_in_a_window_across_instances(store_url, capsys):
+    for iid, timeout in (("late", "2h"), ("soon", "10m"), ("mid", "1h")):
+        ok(capsys, "start", ORDER, iid, "--data", json.dumps({"payment_timeout": timeout}))
+        ok(capsys, "send", iid, "StartPayment")
+    now_ms = time.time() * 1000
+    d = ok_json(capsys, "timers", "--window", "90m")
+    assert [t["instance"] for t in d["timers"]] == ["soon", "mid"] and d["count"] == 2
+    assert not d["truncated"] and abs(d["due_before_ms"] - (now_ms + 90 * 60_000)) < 30_000
+    assert all(t["name"] == "PaymentTimeout" and t["state"] == "pending" for t in d["timers"])
+    three_hours = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now_ms / 1000 + 3 * 3600))
+    d = ok_json(capsys, "timers", "--due-before", three_hours)
+    assert [t["instance"] for t in d["timers"]] == ["soon", "mid", "late"]
+    d = ok_json(capsys, "timers", "--due-before", str(int(now_ms + 3 * 3600_000)), "--limit", "1")
+    assert [t["instance"] for t in d["timers"]] == ["soon"] and d["truncated"] and d["count"] == 1
+    out = ok(capsys, "timers", "--window", "90m")
+    assert out.splitlines()[0].startswith("2 timer(s) due by") and "soon" in out and "late" not in out
+    assert ok_json(capsys, "timers", "--window", "1m")["timers"] == []
+    fails(capsys, "timers", "soon", "--window", "1h", code=2)         # a window is across instances
+    fails(capsys, "timers", "--window", "soonish", code=2)
+    fails(capsys, "timers", "--due-before", "next tuesday", code=2)
+    fails(capsys, "timers", code=2)
+
+
+def test_dead_rows_listed_with_their_error_and_redriven(store_url, capsys):
+    for iid in ("d1", "d2", "ok"):
+        ok(capsys, "start", ORDER, iid, "--data", '{"payment_timeout": "1ms"}')
+        ok(capsys, "send", iid, "StartPayment")
+    ok(capsys, "send", "ok", "Complete")
+    time.sleep(0.02)
+    # a host without the chart cannot deliver: with max_attempts=1 each failed row is parked dead
+    broken = sb.Host([], store=sb.open_store(store_url), max_attempts=1)
+    assert [r.outcome for r in broken.fire_due()] == ["failed", "failed"]    # "ok" completed: no timer
+    d = ok_json(capsys, "timers", "--dead")
+    assert [(t["instance"], t["ordinal"], t["attempts"]) for t in d["timers"]] == [("d1", 1, 1), ("d2", 1, 1)]
+    assert all("order" in t["last_error"] and t["state"] == "dead" for t in d["timers"])
+    out = ok(capsys, "timers", "--dead")
+    assert "2 dead timer row(s)" in out and "attempts=1" in out and "last error:" in out
+    assert ok_json(capsys, "sweep", "--until-idle")["fired"] == 0     # dead rows wait for an operator
+    d = ok_json(capsys, "redrive", "d1", "1")
+    assert d["redriven"] == [{"instance": "d1", "ordinal": 1}]
+    assert "no dead timer row #1" in fails(capsys, "redrive", "d1", "1", code=3)   # not dead any more
+    fails(capsys, "redrive", "d1", code=2)
+    assert ok_json(capsys, "redrive", "--all-dead")["redriven"] == [{"instance": "d2", "ordinal": 1}]
+    assert ok_json(capsys, "timers", "--dead")["timers"] == []
+    assert ok_json(capsys, "sweep", "--until-idle")["fired"] == 2
+    for iid in ("d1", "d2"):
+        assert ok_json(capsys, "show", iid)["configuration"] == ["Cancelled"]
+    assert "redrove 0" in ok(capsys, "redrive", "--all-dead")

@@ -1,28 +1,117 @@
-"""Timer commands: ``timers``, ``sweep`` and ``purge``."""
+"""Timer commands: ``timers`` (of one instance, due in a window, or dead), ``redrive``,
+``sweep`` and ``purge``."""
 
 from __future__ import annotations
 
 import argparse
 import threading
+from datetime import UTC, datetime
 from typing import Any
 
 from .. import SystemClock, Sweeper
 from ..exceptions import InstanceNotFound
-from ._base import EXIT_USAGE, CliError, emit, timer_dict
+from ..host.store import TimerRow
+from ._base import EXIT_NOT_FOUND, EXIT_USAGE, CliError, emit, iso_ms, timer_dict
 from ._store import open_host, open_store
 
-__all__ = ["register"]
+__all__ = ["register", "parse_time", "parse_age"]
+
+
+def parse_age(text: str, option: str) -> int:
+    """A duration option (``7d``, ``1h``, ``30s``, ``250ms``) in milliseconds."""
+    from ..chart.compiler import parse_duration
+    ms = parse_duration(text)
+    if ms is None:
+        raise CliError(f"{option} takes a duration like '7d', '1h' or '30s', not {text!r}", EXIT_USAGE)
+    return ms
+
+
+def parse_time(text: str, option: str) -> int:
+    """An instant option: epoch milliseconds, or ISO-8601 (UTC unless it carries an offset)."""
+    if text.isdigit():
+        return int(text)
+    try:
+        when = datetime.fromisoformat(text)
+    except ValueError:
+        raise CliError(f"{option} takes an ISO-8601 time (2030-01-31T12:00:00Z) or epoch milliseconds, "
+                       f"not {text!r}", EXIT_USAGE) from None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return int(when.timestamp() * 1000)
+
+
+def _row_line(t: dict[str, Any], *, instance: bool) -> str:
+    who = f"{t['instance']:<24} " if instance else ""
+    tail = f"  attempts={t['attempts']}" if t["attempts"] else ""
+    if t["last_error"]:
+        tail += f"  last error: {t['last_error']}"
+    return (f"{who}#{t['ordinal']:<4} {t['name'] or '-':<16} {t['event'] or '-':<20} due {t['due_at']}  "
+            f"{t['state']}{tail}")
+
+
+def _listing(rows: list[TimerRow], limit: int) -> tuple[list[dict[str, Any]], bool]:
+    return [timer_dict(r) for r in rows[:limit]], len(rows) > limit
 
 
 def cmd_timers(args: argparse.Namespace) -> int:
-    host, _ = open_host(args)
-    if not host.exists(args.id):
+    store, _ = open_store(args)
+    if args.dead or args.due_before is not None or args.window is not None:
+        if args.id is not None:
+            raise CliError("--dead, --due-before and --window list every instance's rows; drop the ID", EXIT_USAGE)
+        if args.limit < 1:
+            raise CliError("--limit must be at least 1", EXIT_USAGE)
+        if args.dead:
+            rows, more = _listing(list(store.dead_timers(args.limit + 1)), args.limit)
+            data: dict[str, Any] = {"dead": True, "count": len(rows), "truncated": more, "timers": rows}
+            head = f"{len(rows)}{'+' if more else ''} dead timer row(s)"
+        else:
+            if args.window is not None:
+                before = SystemClock().now_ms() + parse_age(args.window, "--window")
+            else:
+                before = parse_time(args.due_before, "--due-before")
+            rows, more = _listing(list(store.due_timers(before, args.limit + 1)), args.limit)
+            data = {"due_before_ms": before, "due_before": iso_ms(before), "count": len(rows),
+                    "truncated": more, "timers": rows}
+            head = f"{len(rows)}{'+' if more else ''} timer(s) due by {iso_ms(before)}"
+        if more:
+            head += f" (the first {args.limit}; raise --limit for more)"
+        emit(args, data, "\n".join([head, *(_row_line(t, instance=True) for t in rows)]))
+        return 0
+    if args.id is None:
+        raise CliError("timers needs an instance ID, or one of --due-before, --window, --dead", EXIT_USAGE)
+    if store.load(args.id) is None:
         raise InstanceNotFound(args.id)
-    rows = [timer_dict(r) for r in host.pending_timers(args.id)]
-    human = "\n".join(f"#{t['ordinal']:<4} {t['name'] or '-':<16} {t['event']:<20} due {t['due_at']}  "
-                      f"{t['state']}{'  attempts=' + str(t['attempts']) if t['attempts'] else ''}"
-                      for t in rows) or f"{args.id}: no pending timers"
-    emit(args, rows, human)
+    listed = [timer_dict(r) for r in store.pending_timers(args.id)]
+    emit(args, listed, "\n".join(_row_line(t, instance=False) for t in listed) or f"{args.id}: no pending timers")
+    return 0
+
+
+def cmd_redrive(args: argparse.Namespace) -> int:
+    store, _ = open_store(args)
+    now = SystemClock().now_ms()
+    revived: list[tuple[str, int]] = []
+    if args.all_dead:
+        if args.id is not None:
+            raise CliError("redrive takes ID ORDINAL or --all-dead, not both", EXIT_USAGE)
+        seen: set[tuple[str, int]] = set()
+        while True:     # the dead index may lag: stop when a page shows nothing new
+            fresh = [r.key for r in store.dead_timers(500) if r.key not in seen]
+            if not fresh:
+                break
+            for key in fresh:
+                seen.add(key)
+                if store.retry_timer(key, now):
+                    revived.append(key)
+    else:
+        if args.id is None or args.ordinal is None:
+            raise CliError("redrive needs ID ORDINAL, or --all-dead", EXIT_USAGE)
+        key = (args.id, args.ordinal)
+        if not store.retry_timer(key, now):
+            raise CliError(f"instance {args.id!r} has no dead timer row #{args.ordinal}", EXIT_NOT_FOUND)
+        revived.append(key)
+    emit(args, {"redriven": [{"instance": i, "ordinal": o} for i, o in revived], "count": len(revived),
+                "due_at_ms": now},
+         f"redrove {len(revived)} dead timer row(s), due now" + "".join(f"\n  {i} #{o}" for i, o in revived))
     return 0
 
 
@@ -51,10 +140,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
 
 def cmd_purge(args: argparse.Namespace) -> int:
-    from ..chart.compiler import parse_duration
-    age = parse_duration(args.older_than)
-    if age is None:
-        raise CliError(f"--older-than takes a duration like '7d' or '12h', not {args.older_than!r}", EXIT_USAGE)
+    age = parse_age(args.older_than, "--older-than")
     store, _ = open_store(args)
     cutoff = SystemClock().now_ms() - age
     total = 0
@@ -70,9 +156,20 @@ def cmd_purge(args: argparse.Namespace) -> int:
 
 def register(sub: Any) -> None:
     """Add this module's commands to the ``statebound`` parser."""
-    s = sub.add_parser("timers", help="list an instance's timers")
-    s.add_argument("id")
+    s = sub.add_parser("timers", help="list an instance's timers, what fires in a window, or dead rows")
+    s.add_argument("id", nargs="?", help="the instance (omit with --due-before, --window or --dead)")
+    g = s.add_mutually_exclusive_group()
+    g.add_argument("--due-before", metavar="TIME", help="every instance's rows due by TIME (ISO-8601 or epoch ms)")
+    g.add_argument("--window", metavar="DURATION", help="every instance's rows due within DURATION from now (1h)")
+    g.add_argument("--dead", action="store_true", help="rows parked as dead, with attempts and last error")
+    s.add_argument("--limit", type=int, default=1_000, help="list at most this many rows (default 1000)")
     s.set_defaults(fn=cmd_timers)
+
+    s = sub.add_parser("redrive", help="revive dead timer rows: due now, attempts reset")
+    s.add_argument("id", nargs="?")
+    s.add_argument("ordinal", nargs="?", type=int)
+    s.add_argument("--all-dead", action="store_true", help="every dead row")
+    s.set_defaults(fn=cmd_redrive)
 
     s = sub.add_parser("sweep", help="fire due timers")
     g = s.add_mutually_exclusive_group()

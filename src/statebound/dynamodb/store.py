@@ -28,6 +28,8 @@ Costs per operation (one "call" is one HTTP request; botocore's own retries asid
                             if nothing was found, 1 bounded ``Scan`` of the due index
 ``pending_timers``          1 ``Query`` of the instance partition (paginated)
 ``dead_timers``             1 ``Query`` of ``dead-index``
+``due_timers``,             operator reads and batch jobs: see ``_operator.py``
+``purge_done``
 ==========================  ==========================================================
 
 **Claims.** ``claim_due`` writes nothing to DynamoDB. Exactly-once firing comes from the
@@ -229,6 +231,7 @@ class DynamoStore:
 
     # operator reads and batch jobs (see _operator.py for what each costs)
     purge_done = _operator.purge_done
+    due_timers = _operator.due_timers
 
     # ------------------------------------------------------------------ table
     @staticmethod

@@ -148,6 +148,15 @@ class MemoryStore:
             return sorted((r for r in self._timers.values() if r.state == DEAD),
                           key=lambda r: r.key)[:limit]
 
+    def due_timers(self, due_before_ms: int, limit: int = 1_000) -> Sequence[TimerRow]:
+        """Pending or claimed rows ready by ``due_before_ms``, earliest first."""
+        if limit <= 0:
+            return []
+        with self._lock:
+            return sorted((r for r in self._timers.values()
+                           if r.state in (PENDING, CLAIMED) and r.ready_at_ms <= due_before_ms),
+                          key=lambda r: (r.ready_at_ms, r.instance_id, r.ordinal))[:limit]
+
     def retry_timer(self, key: TimerKey, now_ms: int) -> bool:
         """Revive a dead row, due now."""
         check_instance_id(key[0])

@@ -130,6 +130,19 @@ _SQL_CLAIM_SELECT = f"""
          ORDER BY ready_at_ms, instance_id, ordinal LIMIT ?)
     ORDER BY ready_at_ms, instance_id, ordinal LIMIT ?"""
 
+# The same two index ranges as the claim, read-only: what fires by a given time.
+_SQL_DUE_SELECT = f"""
+    SELECT * FROM (
+        SELECT {_TIMER_COLS}, ready_at_ms FROM timers
+         WHERE state = '{PENDING}' AND ready_at_ms <= ?
+         ORDER BY ready_at_ms, instance_id, ordinal LIMIT ?)
+    UNION ALL
+    SELECT * FROM (
+        SELECT {_TIMER_COLS}, ready_at_ms FROM timers
+         WHERE state = '{CLAIMED}' AND ready_at_ms <= ?
+         ORDER BY ready_at_ms, instance_id, ordinal LIMIT ?)
+    ORDER BY ready_at_ms, instance_id, ordinal LIMIT ?"""
+
 _SQL_NEXT_DUE = f"""
     SELECT min(t) FROM (
         SELECT min(ready_at_ms) AS t FROM timers WHERE state = '{PENDING}'
@@ -597,6 +610,15 @@ class SQLiteStore:
             rows = self._execute(
                 f"SELECT {_TIMER_COLS} FROM timers WHERE state = '{DEAD}' "
                 "ORDER BY instance_id, ordinal LIMIT ?", (limit,)).fetchall()
+        return [_row_to_timer(r) for r in rows]
+
+    def due_timers(self, due_before_ms: int, limit: int = 1_000) -> Sequence[TimerRow]:
+        """Pending or claimed rows ready by ``due_before_ms``, earliest first: the
+        ``timers_ready`` index range (claimed rows, few at any time, are read beside it)."""
+        if limit <= 0:
+            return []
+        with self._read():
+            rows = self._execute(_SQL_DUE_SELECT, (due_before_ms, limit, due_before_ms, limit, limit)).fetchall()
         return [_row_to_timer(r) for r in rows]
 
     def retry_timer(self, key: TimerKey, now_ms: int) -> bool:

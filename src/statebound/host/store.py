@@ -322,6 +322,12 @@ class Store(Protocol):
         """Rows parked as dead after too many failed attempts."""
         ...
 
+    def due_timers(self, due_before_ms: int, limit: int = 1_000) -> Sequence[TimerRow]:
+        """Up to ``limit`` rows of any instance that will fire by ``due_before_ms``: pending
+        or claimed, ``ready_at_ms <= due_before_ms``, earliest first (overdue rows included).
+        For operators ("what fires in the next hour?"); it claims nothing."""
+        ...
+
     def retry_timer(self, key: TimerKey, now_ms: int) -> bool:
         """Revive a dead row: pending, attempts reset, due now. Returns whether a row was revived."""
         ...
