@@ -425,3 +425,38 @@ def test_dead_rows_listed_with_their_error_and_redriven(store_url, capsys):
     for iid in ("d1", "d2"):
         assert ok_json(capsys, "show", iid)["configuration"] == ["Cancelled"]
     assert "redrove 0" in ok(capsys, "redrive", "--all-dead")
+
+
+def test_show_diagram_highlights_the_configuration_and_notes_timers(store_url, capsys):
+    ok(capsys, "start", ORDER, "o1", "--data", '{"payment_timeout": "1h"}')
+    ok(capsys, "send", "o1", "StartPayment")
+    [timer] = ok_json(capsys, "timers", "o1")
+    out = ok(capsys, "show", "o1", "--diagram")
+    lines = [line.strip() for line in out.splitlines()]
+    plain = ok(capsys, "diagram", ORDER).splitlines()
+    assert lines[:len(plain)] == [line.strip() for line in plain]        # the chart, as `diagram` draws it
+    assert "class Started active" in lines and lines.count("classDef active fill:#ffd54f,stroke:#e65100,"
+                                                           "stroke-width:3px") == 1
+    i = lines.index("note left of Started")                              # beside the state that armed it
+    assert lines[i + 1] == f"timer 1 PaymentTimeout due {timer['due_at']} (pending)"
+    assert lines[i + 2] == "end note"
+    d = ok_json(capsys, "show", "o1", "--diagram")
+    assert d["mermaid"] == out.rstrip("\n") and d["configuration"] == ["Started"]
+    ok(capsys, "send", "o1", "Complete")
+    lines = ok(capsys, "show", "o1", "--diagram").splitlines()
+    assert "    class Done active" in lines and not any("note left of" in x for x in lines)
+
+
+def test_instance_diagram_marks_leaves_of_a_parallel_configuration():
+    from statebound.cli.charts import instance_diagram
+    chart = sb.Chart.from_scxml('''<scxml xmlns="http://www.w3.org/2005/07/scxml" initial="p" datamodel="python">
+      <parallel id="p">
+        <state id="r1" initial="a"><state id="a"><transition event="go" target="b"/></state><state id="b"/></state>
+        <state id="r2" initial="x"><state id="x"><onentry><send event="t" id="plain" delay="5s"/></onentry></state></state>
+      </parallel></scxml>''')
+    pos, _ = sb.Interpreter(chart).start("s")
+    row = sb.host.TimerRow("s", 1, "s", 5_000, "plain", {"name": "t"})
+    lines = instance_diagram(pos, [row]).splitlines()
+    assert "    class a,x active" in lines                     # leaves only: Mermaid styles no composite
+    i = lines.index("    note left of a")                       # no named timeout: the first active leaf
+    assert lines[i + 1].strip() == "timer 1 t due 1970-01-01T00:00:05Z (pending)"

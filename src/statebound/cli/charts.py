@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import argparse
+from collections.abc import Iterable
 from typing import Any
 
-from .. import Chart
-from ._base import emit, load_chart_file
+from .. import Chart, Position
+from ..host.store import TimerRow
+from ._base import emit, iso_ms, load_chart_file
 
-__all__ = ["register", "mermaid"]
+__all__ = ["register", "mermaid", "instance_diagram"]
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
@@ -23,13 +25,22 @@ def cmd_validate(args: argparse.Namespace) -> int:
     return 0
 
 
-def mermaid(chart: Chart) -> str:
-    """Render a chart as a Mermaid ``stateDiagram-v2``."""
+def _node(chart: Chart, i: int) -> str:
+    return chart.states[i].id.replace("-", "_").replace(".", "_").replace(":", "_")
+
+
+def mermaid(chart: Chart, *, active: Iterable[int] = (), notes: Iterable[tuple[int, str]] = ()) -> str:
+    """Render a chart as a Mermaid ``stateDiagram-v2``.
+
+    :param active: state indexes to highlight (class ``active``). Mermaid styles simple
+        states only, so pass the atomic ones.
+    :param notes: ``(state index, text)`` pairs, drawn as notes beside those states.
+    """
     st = chart.states
     lines = ["stateDiagram-v2"]
 
     def name(i: int) -> str:
-        return st[i].id.replace("-", "_").replace(".", "_").replace(":", "_")
+        return _node(chart, i)
 
     def emit(i: int, indent: str) -> None:
         node = st[i]
@@ -77,7 +88,32 @@ def mermaid(chart: Chart) -> str:
     for s in st[1:]:
         for tm in s.timeouts:
             lines.append(f"    note right of {name(s.index)} : timeout {tm.name} ({tm.kind})")
+    for i, text in notes:
+        # the block form: a one-line note ends its text at the first ':', and times have colons
+        lines += [f"    note left of {name(i)}", f"        {text}", "    end note"]
+    marked = sorted(set(active))
+    if marked:
+        lines.append("    classDef active fill:#ffd54f,stroke:#e65100,stroke-width:3px")
+        lines.append(f"    class {','.join(name(i) for i in marked)} active")
     return "\n".join(lines)
+
+
+def instance_diagram(pos: Position, timers: Iterable[TimerRow]) -> str:
+    """The chart of ``pos`` with its active states highlighted and its pending timers as
+    notes: a named timeout beside the state that armed it, any other timer beside the
+    first active leaf state."""
+    chart = pos.chart
+    leaves = [i for i in pos.states if chart.states[i].kind in ("atomic", "final")]
+    armed_by = {t.ordinal: t.state for t in pos.timeouts}
+    notes = []
+    for row in timers:
+        where = armed_by.get(row.ordinal, leaves[0] if leaves else None)
+        if where is None:
+            continue
+        what = row.name or row.event.get("name") or row.send_id
+        notes.append((where, f"timer {row.ordinal} {what} due {iso_ms(row.ready_at_ms)} ({row.state})"))
+    return mermaid(chart, active=leaves, notes=notes)
+
 
 
 def cmd_diagram(args: argparse.Namespace) -> int:

@@ -9,6 +9,7 @@ from typing import Any
 from .. import Event
 from ._base import EXIT_USAGE, CliError, emit, human_position, load_chart_file, parse_data, position_dict
 from ._store import open_host
+from .charts import instance_diagram
 
 __all__ = ["register"]
 
@@ -37,8 +38,14 @@ def cmd_send(args: argparse.Namespace) -> int:
 
 def cmd_show(args: argparse.Namespace) -> int:
     host, _ = open_host(args)
-    d = position_dict(host.get(args.id), host.pending_timers(args.id), args.id)
-    emit(args, d, human_position(d))
+    pos = host.get(args.id)
+    timers = host.pending_timers(args.id)
+    d = position_dict(pos, timers, args.id)
+    if args.diagram:
+        d["mermaid"] = instance_diagram(pos, timers)
+        emit(args, d, d["mermaid"])
+    else:
+        emit(args, d, human_position(d))
     return 0
 
 
@@ -65,6 +72,8 @@ def register(sub: Any) -> None:
 
     s = sub.add_parser("show", help="show an instance")
     s.add_argument("id")
+    s.add_argument("--diagram", action="store_true",
+                   help="print its chart as Mermaid, active states highlighted, pending timers as notes")
     s.set_defaults(fn=cmd_show)
 
     s = sub.add_parser("delete", help="purge an instance, its timers and children")
