@@ -633,6 +633,29 @@ class StoreContract:
 
     # ------------------------------------------------------------------ operator batch jobs
 
+    def test_list_positions_pages_through_every_instance_once(self, store):
+        ids = [f"i{n:02d}" for n in range(23)]
+        for n, iid in enumerate(ids):
+            create(store, iid, chart="even" if n % 2 == 0 else "odd", blob=f"b{n}".encode(),
+                   timers_put=[timer(iid, 1, 10)])
+        store.commit(Commit(writes=(update("i03", 1, blob=b"moved", chart="odd"),)))
+
+        def page_all(chart=None, size=5):
+            seen, after = [], None
+            while True:
+                page = store.list_positions(chart, after=after, limit=size)
+                assert len(page) <= size
+                if not page:
+                    return seen
+                seen += page
+                after = page[-1].instance_id
+        every = page_all()
+        assert sorted(r.instance_id for r in every) == ids                 # each once, in any stable order
+        assert {r.instance_id: (r.version, r.blob) for r in every}["i03"] == (2, b"moved")
+        odd = page_all("odd", size=4)
+        assert sorted(r.instance_id for r in odd) == ids[1::2] and all(r.chart == "odd" for r in odd)
+        assert page_all("none-such") == [] and store.list_positions(limit=0) == []
+
     def test_purge_done_deletes_old_done_rows_only_in_bounded_calls(self, store):
         put(store, *[timer("a", i, 10 * i) for i in range(1, 6)], timer("b", 1, 15))
         for i in (1, 2, 3, 5):

@@ -1,8 +1,9 @@
 """The ``statebound`` command.
 
 One module per command group: ``instances`` (start, send, show, delete), ``timers``
-(timers, sweep, purge), ``charts`` (validate, diagram), ``drive``, ``blobs`` (inspect,
-migrate of one blob) and ``dynamodb`` (create-table). ``_store`` opens the store and its
+(timers, redrive, sweep, purge), ``charts`` (validate, diagram), ``drive``, ``migrate``
+(a store's instances, or one blob with ``blobs``), ``blobs`` (inspect) and ``dynamodb``
+(create-table). ``_store`` opens the store and its
 chart registry for all of them; ``_base`` holds output and errors.
 
 Instances live in the store named by ``--store URL`` (alias ``--db``; default
@@ -26,7 +27,7 @@ from typing import Any
 
 from ..exceptions import (ChartError, InstanceExists, InstanceNotFound, InvalidStoreURL, NotRunning,
                           PositionError, StateboundError, UnknownChart)
-from . import blobs, charts, drive, dynamodb, instances, timers
+from . import blobs, charts, drive, dynamodb, instances, migrate, timers
 from ._store import default_store
 from ._base import EXIT_ERROR, EXIT_EXISTS, EXIT_NOT_FOUND, EXIT_NOT_RUNNING, EXIT_USAGE, CliError
 from .charts import mermaid
@@ -56,7 +57,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="cmd", required=True)
     _add = sub.add_parser
     sub.add_parser = lambda name, **kw: _add(name, parents=[common], **kw)  # type: ignore[method-assign, list-item]
-    for module in (instances, timers, charts, drive, blobs, dynamodb):
+    for module in (instances, timers, charts, drive, migrate, blobs, dynamodb):
         module.register(sub)
     return p
 

@@ -1,4 +1,5 @@
-"""Position blob commands: ``inspect`` and ``migrate BLOB`` (one blob, no store)."""
+"""Position blob commands: ``inspect``, and ``migrate BLOB`` (one blob, no store; its parser is
+in ``migrate.py``, beside the bulk migration of a store)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from typing import Any
 from .. import Position, jsonio
 from ._base import EXIT_USAGE, CliError, emit, jsonable, load_chart_file
 
-__all__ = ["register", "parse_map"]
+__all__ = ["register", "parse_map", "cmd_migrate_blob"]
 
 
 def _read_blob(path: str) -> bytes:
@@ -89,12 +90,3 @@ def register(sub: Any) -> None:
     s.add_argument("blob", help="file, or - for stdin")
     s.add_argument("--chart", help="the chart, to decode the payload")
     s.set_defaults(fn=cmd_inspect)
-
-    s = sub.add_parser("migrate", help="move a position blob onto a revised chart")
-    s.add_argument("blob")
-    s.add_argument("--from", dest="from_chart", required=True)
-    s.add_argument("--to", dest="to_chart", required=True)
-    s.add_argument("--map", action="append", metavar="OLD=NEW", help="rename a state id (repeatable)")
-    s.add_argument("-o", "--output", help="write the new blob here (default: stdout)")
-    s.add_argument("--codec", default="msgpack", choices=("msgpack", "cbor"))
-    s.set_defaults(fn=cmd_migrate_blob)

@@ -41,6 +41,7 @@ from typing import Any, TextIO
 
 from .. import Event, Host, SystemClock, jsonio
 from ._base import EXIT_ERROR, EXIT_USAGE, CliError, emit
+from ._progress import Progress
 from ._store import open_location
 
 __all__ = ["register", "HOST_TAKES_KEYS"]
@@ -116,40 +117,10 @@ def _close(store: Any) -> None:
 # --------------------------------------------------------------------------- progress and checkpoints
 
 
-class _Progress:
-    """A tqdm bar on stderr, or nothing; error lines print above it either way."""
-
-    def __init__(self, show: bool, total: int | None, initial: int) -> None:
-        self.bar: Any = None
-        if show:
-            try:
-                from tqdm import tqdm
-            except ImportError:
-                print("statebound: no progress bar without tqdm (pip install 'statebound[cli]')", file=sys.stderr)
-            else:
-                self.bar = tqdm(total=total, initial=initial, unit=" lines", file=sys.stderr, dynamic_ncols=True,
-                                smoothing=0.1)
-
-    def update(self, n: int) -> None:
-        if self.bar is not None and n:
-            self.bar.update(n)
-
-    def error(self, message: str) -> None:
-        line = f"statebound: {message}"
-        if self.bar is not None:
-            self.bar.write(line, file=sys.stderr)
-        else:
-            print(line, file=sys.stderr)
-
-    def close(self) -> None:
-        if self.bar is not None:
-            self.bar.close()
-
-
 class _Run:
     """Totals of one drive, and its checkpoint file."""
 
-    def __init__(self, args: argparse.Namespace, progress: _Progress) -> None:
+    def __init__(self, args: argparse.Namespace, progress: Progress) -> None:
         self.progress = progress
         self.events = self.ok = self.error_count = 0
         self.errors: list[str] = []
@@ -344,7 +315,7 @@ def cmd_drive(args: argparse.Namespace) -> int:
     except OSError as exc:
         raise CliError(f"cannot read {args.events!r}: {exc.strerror or exc}") from None
     show = (not args.json and sys.stderr.isatty()) or args.progress
-    progress = _Progress(show, total, min(start - 1, total) if total is not None else start - 1)
+    progress = Progress(show, total, min(start - 1, total) if total is not None else start - 1)
     run = _Run(args, progress)
     started = time.perf_counter()
     try:

@@ -14,6 +14,9 @@ eventually consistent read).
                             ``due_scan_partitions`` queries, 1 ``Scan`` of the due index
                             instead: it reads every *pending* row (the index is sparse,
                             never the whole table) and keeps those due by then.
+``list_positions``          a paginated ``Scan`` of the table, keeping position items
+                            (of one chart, if asked): reading every instance costs the
+                            whole table's read units once. There is no index by chart.
 ``purge_done``              a ``Scan`` of the table (the whole table over a full pass:
                             done rows are in no index), plus 1 conditional
                             ``DeleteItem`` per row deleted. Prefer ``done_ttl_s``, which
@@ -27,14 +30,14 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..exceptions import ConflictError
-from ..host.store import CLAIMED, DONE, PENDING, TimerRow
+from ..host.store import CLAIMED, DONE, PENDING, PositionRecord, TimerRow
 from . import _codec as codec
 from ._codec import N, S
 
 if TYPE_CHECKING:
     from .store import DynamoStore
 
-__all__ = ["due_timers", "purge_done", "DUE_SCAN_PARTITIONS"]
+__all__ = ["due_timers", "list_positions", "purge_done", "DUE_SCAN_PARTITIONS"]
 
 #: Above this many (bucket, shard) queries, ``due_timers`` scans the due index instead.
 DUE_SCAN_PARTITIONS = 500
@@ -159,3 +162,33 @@ def _scan_due(self: DynamoStore, due_before_ms: int, limit: int) -> list[TimerRo
         "scan", IndexName=codec.DUE_INDEX, FilterExpression="#gsi_due <= :t",
         ExpressionAttributeNames={"#gsi_due": "gsi_due"}, ExpressionAttributeValues={":t": N(due_before_ms)})]
     return sorted((r for r in rows if r is not None), key=_ready_order)[:limit]
+
+
+def list_positions(self: DynamoStore, chart: str | None = None, *, after: str | None = None,
+                   limit: int = 1_000) -> Sequence[PositionRecord]:
+    """Up to ``limit`` position items, in scan order, after instance ``after``.
+
+    A ``Scan`` with a filter (see the module table for the cost): scan order is the
+    partitions' hash order, and resuming after ``(after, "P")`` continues right behind
+    that instance's position item, so passing the last id returned pages through the
+    table exactly once. Eventually consistent, as a batch job's listing may be.
+    """
+    if limit <= 0:
+        return []
+    names = {"#sk": "sk"}
+    values = {":position": S(codec.POSITION_SK)}
+    expr = "#sk = :position"
+    if chart is not None:
+        names["#chart"] = "chart"
+        values[":chart"] = S(chart)
+        expr += " AND #chart = :chart"
+    kwargs: dict[str, Any] = dict(FilterExpression=expr, ExpressionAttributeNames=names,
+                                  ExpressionAttributeValues=values)
+    if after is not None:
+        kwargs["ExclusiveStartKey"] = self._key(after, codec.POSITION_SK)
+    out: list[PositionRecord] = []
+    for item in self._pages("scan", **kwargs):
+        out.append(codec.record_from_item(item))
+        if len(out) >= limit:
+            break
+    return out

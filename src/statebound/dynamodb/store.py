@@ -29,6 +29,7 @@ Costs per operation (one "call" is one HTTP request; botocore's own retries asid
 ``pending_timers``          1 ``Query`` of the instance partition (paginated)
 ``dead_timers``             1 ``Query`` of ``dead-index``
 ``due_timers``,             operator reads and batch jobs: see ``_operator.py``
+``list_positions``,
 ``purge_done``
 ==========================  ==========================================================
 
@@ -232,6 +233,7 @@ class DynamoStore:
     # operator reads and batch jobs (see _operator.py for what each costs)
     purge_done = _operator.purge_done
     due_timers = _operator.due_timers
+    list_positions = _operator.list_positions
 
     # ------------------------------------------------------------------ table
     @staticmethod

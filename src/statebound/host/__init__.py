@@ -3,11 +3,12 @@
 from .clock import Clock, ManualClock, SystemClock
 from .host import FireResult, Host, child_instance_id
 from .memory import MemoryStore
+from .migration import MigrationResult
 from .processors import Delivery, InvokeHandler, InvokeRequest, Pending, SendProcessor
 from .store import Commit, KeyRecord, PositionRecord, PositionWrite, Store, TimerCompletion, TimerRef, TimerRow
 from .sweeper import SweepReport, Sweeper, SweeperMetrics
 
 __all__ = ["Clock", "ManualClock", "SystemClock", "Host", "FireResult", "child_instance_id", "MemoryStore",
            "Store", "Commit", "KeyRecord", "PositionRecord", "PositionWrite", "TimerCompletion", "TimerRef", "TimerRow",
-           "Sweeper", "SweepReport", "SweeperMetrics",
+           "Sweeper", "SweepReport", "SweeperMetrics", "MigrationResult",
            "Delivery", "InvokeRequest", "Pending", "SendProcessor", "InvokeHandler"]

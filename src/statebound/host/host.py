@@ -40,8 +40,10 @@ from ..interpreter import Interpreter, Position
 from ..interpreter.state import RUNNING
 from ..position import read_header
 from .clock import Clock, SystemClock
+from . import migration
 from .idempotency import check_key, event_fingerprint, find_key, remember_key, start_fingerprint
 from .memory import MemoryStore
+from .migration import MigrationResult
 from .outbox import Outbox, check_invokers, check_processors
 from .processors import InvokeHandler, SendProcessor
 from .store import (CLAIMED, DEAD, DONE, TIMER, Commit, KeyRecord, PositionWrite, Store, TimerCompletion,
@@ -350,6 +352,23 @@ class Host:
                 raise InstanceNotFound(instance_id)
             self._delete_instance(u, instance_id)
         self._run(unit)
+
+    def migrate(self, instance_id: str, chart: Chart, *, mapping: Mapping[str, str] | None = None,
+                dry_run: bool = False) -> MigrationResult:
+        """Move a stored instance onto revision ``chart`` (registered here if it is not yet).
+
+        The position is carried across by state id (``export``/``import_``, with ``mapping``
+        renaming old ids) if :func:`~statebound.diff` allows its revision to move, and is
+        committed on its own, conditional on the version loaded: a concurrent event is
+        never lost, a conflict reloads and tries again. Timer rows and named timeouts
+        survive. Nothing raises for an instance that cannot move: the result says why.
+        See :mod:`statebound.host.migration`.
+
+        :param dry_run: decide, write nothing (outcome ``would-move`` instead of ``moved``).
+        """
+        if self._revisions.get(chart.name, {}).get(chart.identity) is None:
+            self.register(chart)
+        return migration.migrate(self, instance_id, chart, mapping=mapping, dry_run=dry_run)
 
     def pending_timers(self, instance_id: str) -> list[TimerRow]:
         """The instance's timer and outbox rows that have not completed (pending, claimed,

@@ -182,6 +182,16 @@ class MemoryStore:
                 del self._timers[k]
             return len(keys)
 
+    def list_positions(self, chart: str | None = None, *, after: str | None = None,
+                       limit: int = 1_000) -> Sequence[PositionRecord]:
+        """Stored instances by id, after ``after``, optionally of one chart."""
+        if limit <= 0:
+            return []
+        with self._lock:
+            ids = sorted(i for i, r in self._positions.items()
+                         if (after is None or i > after) and (chart is None or r.chart == chart))
+            return [self._positions[i] for i in ids[:limit]]
+
     def instance_ids(self) -> list[str]:
         """All stored instance ids (MemoryStore extra, for tests)."""
         with self._lock:

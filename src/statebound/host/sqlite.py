@@ -249,6 +249,13 @@ def _timer_params(row: TimerRow) -> tuple[Any, ...]:
             row.outcome, row.reason, row.kind, row.ready_at_ms)
 
 
+_POSITION_COLS = "instance_id, chart, version, blob, status, timers, parent, idempotency"
+
+
+def _row_to_record(r: Sequence[Any]) -> PositionRecord:
+    return PositionRecord(r[0], r[1], r[2], bytes(r[3]), r[4], _unpack_refs(r[5]), r[6], _unpack_keys(r[7]))
+
+
 def _row_to_timer(r: Sequence[Any]) -> TimerRow:
     return TimerRow(
         instance_id=r[0], ordinal=r[1], target_id=r[2], due_at_ms=r[3], send_id=r[4],
@@ -461,12 +468,23 @@ class SQLiteStore:
         check_instance_id(instance_id)
         with self._read():
             r = self._execute(
-                "SELECT instance_id, chart, version, blob, status, timers, parent, idempotency "
-                "FROM positions WHERE instance_id = ?", (instance_id,)).fetchone()
-        if r is None:
-            return None
-        return PositionRecord(r[0], r[1], r[2], bytes(r[3]), r[4], _unpack_refs(r[5]), r[6],
-                              _unpack_keys(r[7]))
+                f"SELECT {_POSITION_COLS} FROM positions WHERE instance_id = ?", (instance_id,)).fetchone()
+        return None if r is None else _row_to_record(r)
+
+    def list_positions(self, chart: str | None = None, *, after: str | None = None,
+                       limit: int = 1_000) -> Sequence[PositionRecord]:
+        """Stored instances by id (the primary key's order), after ``after``, optionally of
+        one chart (a filter on the key range: there is no index by chart)."""
+        if limit <= 0:
+            return []
+        where, params = ["instance_id > ?"], [after if after is not None else ""]
+        if chart is not None:
+            where.append("chart = ?")
+            params.append(chart)
+        with self._read():
+            rows = self._execute(f"SELECT {_POSITION_COLS} FROM positions WHERE {' AND '.join(where)} "
+                                 "ORDER BY instance_id LIMIT ?", (*params, limit)).fetchall()
+        return [_row_to_record(r) for r in rows]
 
     def commit(self, commit: Commit) -> None:
         """Apply the commit in one transaction, or raise and write nothing.

@@ -332,6 +332,14 @@ class Store(Protocol):
         """Revive a dead row: pending, attempts reset, due now. Returns whether a row was revived."""
         ...
 
+    def list_positions(self, chart: str | None = None, *, after: str | None = None,
+                       limit: int = 1_000) -> Sequence[PositionRecord]:
+        """Up to ``limit`` stored instances (of chart ``chart``, or all), in the backend's own
+        stable order, starting after instance ``after``: pass the last id returned to page on.
+        For batch jobs such as bulk migration; the records may be slightly stale (commit
+        against their version, and reload on a conflict)."""
+        ...
+
     def get_timer(self, key: TimerKey) -> TimerRow | None:
         """One row by key, in whatever state (done rows included while they are kept)."""
         ...
