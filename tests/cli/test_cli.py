@@ -693,3 +693,40 @@ def test_migrate_reports_what_cannot_move_and_why(store_url, capsys, tmp_path):
     assert "no chart named" in fails(capsys, "migrate", "--chart", "nosuch", "--to", str(v2))
     fails(capsys, "migrate", "x.bin", "--chart", "order", "--to", str(v2), code=2)
     fails(capsys, "migrate", "--to", str(v2), code=2)
+
+
+def test_readme_dynamodb_commands_run_as_written_against_moto(moto_endpoint, monkeypatch, tmp_path):
+    """The README's DynamoDB block, line by line in real processes, with only the table and
+    the moto server's port changed."""
+    import os
+    import re
+    import shlex
+    from .conftest import _aws_env
+    block = next(b for b in re.findall(r"```sh\n(.*?)```", (ROOT / "README.md").read_text(), re.S)
+                 if "dynamodb://" in b)
+    lines = [line for line in block.splitlines() if line.strip()]
+    export = lines[0]
+    assert export.startswith("export STATEBOUND_STORE=")
+    url = shlex.split(export[len("export "):])[0].split("=", 1)[1]
+    table = f"readme-{tmp_path.name[-6:].replace('_', '-')}"
+    url = url.replace("dynamodb://statebound", f"dynamodb://{table}").replace("http://127.0.0.1:5000", moto_endpoint)
+    _aws_env(monkeypatch)
+    env = {**os.environ, "STATEBOUND_STORE": url}
+    (tmp_path / "examples").symlink_to(ROOT / "examples")
+    (tmp_path / "events.jsonl").write_text(json.dumps({"instance": "order-2", "start": "order"}) + "\n"
+                                           + json.dumps({"instance": "order-2", "event": "Cancel"}) + "\n")
+    (tmp_path / "order-v2.scxml").write_text(Path(ORDER).read_text().replace(
+        '<transition event="Complete" target="Done"/>',
+        '<transition event="Complete" target="Done"/><transition event="Void" target="Cancelled"/>'))
+    outputs = []
+    for line in lines[1:]:
+        argv = shlex.split(line, comments=True)
+        assert argv[0] == "statebound"
+        p = subprocess.run([sys.executable, "-m", "statebound.cli", *argv[1:]], cwd=tmp_path, env=env,
+                           capture_output=True, text=True, timeout=120)
+        assert p.returncode == 0, (line, p.stderr)
+        outputs.append(p.stdout)
+    text = "\n".join(outputs)
+    assert f"table {table} is ready" in text and "class Started active" in text
+    assert "1 timer(s) due by" in text and "0 dead timer row(s)" in text and "drove 2/2 events" in text
+    assert "would move 2 of 2 instance(s) of 'order'" in text
