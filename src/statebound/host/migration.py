@@ -17,14 +17,14 @@ are recognised as stale, exactly as before.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from dataclasses import dataclass, fields
+from typing import TYPE_CHECKING, Any
 
 from ..chart.model import Chart
 from ..exceptions import ConflictError, PositionError, StateboundError
 from ..interpreter import Position
 from ..position import ChartDiff, diff, import_, read_header
-from .store import Commit, PositionWrite
+from .store import Commit, PositionRecord, PositionWrite
 
 if TYPE_CHECKING:
     from .host import Host
@@ -61,6 +61,14 @@ class MigrationResult:
     def moved(self) -> bool:
         """True when the instance is (or, in a dry run, would be) on the new revision."""
         return self.outcome in (MOVED, ALREADY, WOULD_MOVE)
+
+
+def _carried(rec: PositionRecord) -> dict[str, Any]:
+    """The record's fields a migration keeps as they are (timer refs, parent, and whatever
+    else a backend keeps beside the position), by name, so none is silently reset."""
+    fixed = {"instance_id", "chart", "expected_version", "blob", "status"}
+    return {f.name: getattr(rec, f.name) for f in fields(PositionWrite)
+            if f.name not in fixed and hasattr(rec, f.name)}
 
 
 def _mapping_for(old: Chart, mapping: Mapping[str, str] | None) -> dict[str, str] | None:
@@ -102,7 +110,7 @@ def migrate(host: Host, instance_id: str, chart: Chart, *, mapping: Mapping[str,
             return MigrationResult(instance_id, FAILED, str(exc).splitlines()[0], identity)
         if dry_run:
             return MigrationResult(instance_id, WOULD_MOVE, d.kind, identity)
-        write = PositionWrite(instance_id, chart.name, rec.version, blob, rec.status, rec.timers, rec.parent)
+        write = PositionWrite(instance_id, chart.name, rec.version, blob, rec.status, **_carried(rec))
         try:
             host.store.commit(Commit(writes=(write,)))
         except ConflictError:
