@@ -631,6 +631,22 @@ class StoreContract:
         assert rows[1].attempts == 1 and rows[1].last_error == "boom"
         assert keys(store.due_timers(250)) == [("a", 1)]
 
+    def test_suspended_rows_wait_out_of_every_sweep_until_made_pending_again(self, store):
+        from dataclasses import replace
+        from statebound.host.store import SUSPENDED
+        put(store, timer("a", 1, 10), timer("a", 2, 20), timer("b", 1, 30))
+        parked = replace(store.get_timer(("a", 1)), state=SUSPENDED)
+        put(store, parked)
+        assert store.get_timer(("a", 1)).state == SUSPENDED
+        assert keys(store.pending_timers("a")) == [("a", 1), ("a", 2)]       # listed: it is not done
+        assert store.next_due() == 20
+        assert keys(store.due_timers(1_000)) == [("a", 2), ("b", 1)]
+        assert keys(store.claim_due(1_000, 10, "n1", 100)) == [("a", 2), ("b", 1)]
+        assert store.dead_timers() == [] and store.retry_timer(("a", 1), 50) is False
+        put(store, replace(parked, state=PENDING, next_attempt_at_ms=500))
+        assert keys(store.claim_due(1_000, 10, "n2", 100)) == [("a", 1)]
+        assert store.get_timer(("a", 1)).ready_at_ms == 500
+
     # ------------------------------------------------------------------ operator batch jobs
 
     def test_list_positions_pages_through_every_instance_once(self, store):

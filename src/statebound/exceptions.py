@@ -22,6 +22,7 @@ so a host can catch the whole family in one clause and still tell the cases apar
     │   ├── InstanceExists
     │   ├── InstanceNotFound
     │   ├── UnknownChart
+    │   ├── InstanceSuspended         an event sent to a suspended instance
     │   ├── DeliveryRejected          a processor or invoke handler gave up for good
     │   │   ├── PayloadTooLarge       over the receiving service's size limit
     │   │   └── PayloadNotJSON        data that strict JSON cannot carry (NaN, bytes...)
@@ -65,6 +66,7 @@ __all__ = [
     "InstanceExists",
     "InstanceNotFound",
     "UnknownChart",
+    "InstanceSuspended",
     "DeliveryRejected",
     "PayloadTooLarge",
     "PayloadNotJSON",
@@ -280,6 +282,15 @@ class UnknownChart(HostError, KeyError):
 
     def __str__(self) -> str:
         return str(self.args[0])
+
+
+class InstanceSuspended(HostError):
+    """The instance is suspended (``Host.suspend``): it takes no events until
+    ``Host.resume``. Nothing was written; its timers wait, they are not dropped."""
+
+    def __init__(self, instance_id: str) -> None:
+        self.instance_id = instance_id
+        super().__init__(f"instance {instance_id!r} is suspended (resume it first)")
 
 
 class DeliveryRejected(HostError):

@@ -730,3 +730,21 @@ def test_readme_dynamodb_commands_run_as_written_against_moto(moto_endpoint, mon
     assert f"table {table} is ready" in text and "class Started active" in text
     assert "1 timer(s) due by" in text and "0 dead timer row(s)" in text and "drove 2/2 events" in text
     assert "would move 2 of 2 instance(s) of 'order'" in text
+
+
+def test_suspend_and_resume(store_url, capsys):
+    ok(capsys, "start", ORDER, "o1", "--data", '{"payment_timeout": "1ms"}')
+    ok(capsys, "send", "o1", "StartPayment")
+    d = ok_json(capsys, "suspend", "o1")
+    assert d["suspended"] is True and [t["state"] for t in d["timers"]] == ["suspended"]
+    assert "running (suspended)" in ok(capsys, "show", "o1")
+    assert "suspended" in fails(capsys, "send", "o1", "Complete", code=6)
+    time.sleep(0.02)
+    assert ok_json(capsys, "sweep", "--until-idle")["fired"] == 0          # the timer waits
+    assert ok_json(capsys, "timers", "--window", "1h")["timers"] == []
+    d = ok_json(capsys, "resume", "o1")
+    assert d["suspended"] is False and [t["state"] for t in d["timers"]] == ["pending"]
+    assert ok_json(capsys, "sweep", "--until-idle")["fired"] == 1
+    assert ok_json(capsys, "show", "o1")["configuration"] == ["Cancelled"]
+    fails(capsys, "suspend", "ghost", code=3)
+    fails(capsys, "suspend", "o1", code=5)                                  # halted

@@ -1,6 +1,6 @@
 """The ``statebound`` command.
 
-One module per command group: ``instances`` (start, send, show, delete), ``timers``
+One module per command group: ``instances`` (start, send, show, suspend, resume, delete), ``timers``
 (timers, redrive, sweep, purge), ``charts`` (validate, diagram), ``drive``, ``migrate``
 (a store's instances, or one blob with ``blobs``), ``blobs`` (inspect) and ``dynamodb``
 (create-table). ``_store`` opens the store and its
@@ -25,11 +25,12 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from ..exceptions import (ChartError, InstanceExists, InstanceNotFound, InvalidStoreURL, NotRunning,
-                          PositionError, StateboundError, UnknownChart)
+from ..exceptions import (ChartError, InstanceExists, InstanceNotFound, InstanceSuspended, InvalidStoreURL,
+                          NotRunning, PositionError, StateboundError, UnknownChart)
 from . import blobs, charts, drive, dynamodb, instances, migrate, timers
 from ._store import default_store
-from ._base import EXIT_ERROR, EXIT_EXISTS, EXIT_NOT_FOUND, EXIT_NOT_RUNNING, EXIT_USAGE, CliError
+from ._base import (EXIT_ERROR, EXIT_EXISTS, EXIT_NOT_FOUND, EXIT_NOT_RUNNING, EXIT_SUSPENDED, EXIT_USAGE,
+                    CliError)
 from .charts import mermaid
 
 __all__ = ["main", "mermaid", "build_parser"]
@@ -64,7 +65,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 _CODES = ((InstanceNotFound, EXIT_NOT_FOUND), (UnknownChart, EXIT_NOT_FOUND), (InstanceExists, EXIT_EXISTS),
           (NotRunning, EXIT_NOT_RUNNING), (ChartError, EXIT_ERROR), (PositionError, EXIT_ERROR),
-          (InvalidStoreURL, EXIT_USAGE))
+          (InvalidStoreURL, EXIT_USAGE), (InstanceSuspended, EXIT_SUSPENDED))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -13,11 +13,11 @@ from typing import Any
 from .. import Chart, Position, jsonio
 from ..host.store import TimerRow
 
-__all__ = ["CliError", "EXIT_ERROR", "EXIT_USAGE", "EXIT_NOT_FOUND", "EXIT_EXISTS", "EXIT_NOT_RUNNING",
+__all__ = ["CliError", "EXIT_ERROR", "EXIT_USAGE", "EXIT_NOT_FOUND", "EXIT_EXISTS", "EXIT_NOT_RUNNING", "EXIT_SUSPENDED",
            "emit", "jsonable", "parse_data", "load_chart_file", "position_dict", "timer_dict",
            "human_position", "log_printer", "iso_ms"]
 
-EXIT_ERROR, EXIT_USAGE, EXIT_NOT_FOUND, EXIT_EXISTS, EXIT_NOT_RUNNING = 1, 2, 3, 4, 5
+EXIT_ERROR, EXIT_USAGE, EXIT_NOT_FOUND, EXIT_EXISTS, EXIT_NOT_RUNNING, EXIT_SUSPENDED = 1, 2, 3, 4, 5, 6
 
 
 class CliError(Exception):
@@ -86,7 +86,8 @@ def position_dict(pos: Position, timers: list[TimerRow] | None = None,
 
 def human_position(d: dict[str, Any]) -> str:
     """The human rendering of :func:`position_dict`."""
-    lines = [f"{d['instance']}  [{d['chart']}]  {d['status']}",
+    status = f"{d['status']} (suspended)" if d.get("suspended") else d["status"]
+    lines = [f"{d['instance']}  [{d['chart']}]  {status}",
              f"  configuration: {', '.join(d['configuration']) or '-'}",
              f"  datamodel:     {json.dumps(d['datamodel'], default=str)}",
              f"  macrostep:     {d['macrostep']}"]

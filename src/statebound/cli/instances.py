@@ -1,4 +1,4 @@
-"""Instance commands: ``start``, ``send``, ``show`` and ``delete``."""
+"""Instance commands: ``start``, ``send``, ``show``, ``suspend``, ``resume`` and ``delete``."""
 
 from __future__ import annotations
 
@@ -41,11 +41,24 @@ def cmd_show(args: argparse.Namespace) -> int:
     pos = host.get(args.id)
     timers = host.pending_timers(args.id)
     d = position_dict(pos, timers, args.id)
+    d["suspended"] = host.is_suspended(args.id)
     if args.diagram:
         d["mermaid"] = instance_diagram(pos, timers)
         emit(args, d, d["mermaid"])
     else:
         emit(args, d, human_position(d))
+    return 0
+
+
+def cmd_suspend(args: argparse.Namespace) -> int:
+    host, _ = open_host(args)
+    if args.resume:
+        host.resume(args.id)
+    else:
+        host.suspend(args.id)
+    d = position_dict(host.get(args.id), host.pending_timers(args.id), args.id)
+    d["suspended"] = not args.resume
+    emit(args, d, human_position(d))
     return 0
 
 
@@ -75,6 +88,14 @@ def register(sub: Any) -> None:
     s.add_argument("--diagram", action="store_true",
                    help="print its chart as Mermaid, active states highlighted, pending timers as notes")
     s.set_defaults(fn=cmd_show)
+
+    s = sub.add_parser("suspend", help="suspend an instance: it takes no events, its timers wait")
+    s.add_argument("id")
+    s.set_defaults(fn=cmd_suspend, resume=False)
+
+    s = sub.add_parser("resume", help="resume a suspended instance: events again, its timers pending again")
+    s.add_argument("id")
+    s.set_defaults(fn=cmd_suspend, resume=True)
 
     s = sub.add_parser("delete", help="purge an instance, its timers and children")
     s.add_argument("id")

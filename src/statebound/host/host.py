@@ -35,6 +35,7 @@ from ..effects import (Autoforward, BudgetExhausted, Cancel, CancelInvoke, Done,
                        SendDelayed)
 from ..events import BASICHTTP_PROCESSOR, SCXML_PROCESSOR, Event
 from ..exceptions import (ChartError, ConflictError, IdempotencyKeyReused, InstanceExists, InstanceNotFound,
+                          InstanceSuspended,
                           NotRunning, PositionError, StateboundError, UnknownChart)
 from ..interpreter import Interpreter, Position
 from ..interpreter.state import RUNNING
@@ -46,7 +47,7 @@ from .memory import MemoryStore
 from .migration import MigrationResult
 from .outbox import Outbox, check_invokers, check_processors
 from .processors import InvokeHandler, SendProcessor
-from .store import (CLAIMED, DEAD, DONE, TIMER, Commit, KeyRecord, PositionWrite, Store, TimerCompletion,
+from .store import (CLAIMED, DEAD, DONE, PENDING, SUSPENDED, TIMER, Commit, KeyRecord, PositionWrite, Store, TimerCompletion,
                     TimerRef, TimerRow)
 from .unit import AlreadyDone as _AlreadyDone
 from .unit import Entry as _Entry
@@ -270,6 +271,8 @@ class Host:
                 return self._result(u, instance_id)
             if e.position.status != RUNNING:
                 raise NotRunning(f"instance {instance_id!r} is {e.position.status}", e.position.status)
+            if e.suspended:
+                raise InstanceSuspended(instance_id)
             if key is not None:
                 remember_key(e.keys, KeyRecord(key, fingerprint), self.idempotency_retention)
                 e.dirty = True
@@ -370,9 +373,61 @@ class Host:
             self.register(chart)
         return migration.migrate(self, instance_id, chart, mapping=mapping, dry_run=dry_run)
 
+    def suspend(self, instance_id: str) -> None:
+        """Suspend a running instance: it takes no events (``send`` raises
+        :class:`~statebound.InstanceSuspended`) and its pending timer rows are parked, out of
+        every sweep, until :meth:`resume`. Events other instances route to it are kept as
+        parked rows too. Suspending a suspended instance does nothing.
+
+        :raises InstanceNotFound: no such instance.
+        :raises NotRunning: it has halted.
+        """
+        def unit(u: _Unit) -> None:
+            e = self._load(u, instance_id)
+            if e is None:
+                raise InstanceNotFound(instance_id)
+            assert e.position is not None
+            if e.position.status != RUNNING:
+                raise NotRunning(f"instance {instance_id!r} is {e.position.status}", e.position.status)
+            if e.suspended:
+                return
+            e.suspended = e.dirty = True
+            for row in self.store.pending_timers(instance_id):
+                if row.state in (PENDING, CLAIMED):
+                    u.puts[row.key] = replace(row, state=SUSPENDED, claimed_by=None, claim_expires_ms=None)
+        self._run(unit)
+
+    def resume(self, instance_id: str) -> None:
+        """Resume a suspended instance: it takes events again, and its parked rows are
+        pending again at their own due times (those already past are due now, in ordinal
+        order). Resuming an instance that is not suspended does nothing.
+
+        :raises InstanceNotFound: no such instance.
+        """
+        def unit(u: _Unit) -> None:
+            e = self._load(u, instance_id)
+            if e is None:
+                raise InstanceNotFound(instance_id)
+            if not e.suspended:
+                return
+            e.suspended, e.dirty = False, True
+            now = self.clock.now_ms()
+            for row in self.store.pending_timers(instance_id):
+                if row.state == SUSPENDED:
+                    # overdue rows become ready now, not at their old due time: a sweep only
+                    # looks for rows from about now on (the DynamoDB due index is bucketed)
+                    later = now if row.ready_at_ms < now else row.next_attempt_at_ms
+                    u.puts[row.key] = replace(row, state=PENDING, next_attempt_at_ms=later)
+        self._run(unit)
+
+    def is_suspended(self, instance_id: str) -> bool:
+        """Whether the instance is suspended (``False`` if it does not exist)."""
+        rec = self.store.load(instance_id)
+        return rec is not None and rec.status == SUSPENDED
+
     def pending_timers(self, instance_id: str) -> list[TimerRow]:
         """The instance's timer and outbox rows that have not completed (pending, claimed,
-        waiting or dead)."""
+        waiting, suspended or dead)."""
         return self.store.pending_timers(instance_id)
 
     def dead_timers(self, limit: int = 100) -> list[TimerRow]:
@@ -426,13 +481,20 @@ class Host:
             elif row.name is not None and not any(
                     t.name == row.name and t.ordinal == row.ordinal for t in sched.position.timeouts):
                 outcome, reason = "stale", f"timeout {row.name!r} was re-armed or cancelled since ordinal {row.ordinal}"
+            elif sched.suspended:
+                # claimed before the suspend parked it: park it now, in place, name and all
+                sched.refs.append(TimerRef(row.ordinal, row.send_id, row.name))
+                sched.dirty = True   # the position write makes this conditional on the suspend
+                u.puts[row.key] = replace(row, state=SUSPENDED, claimed_by=None, claim_expires_ms=None)
+                outcome, reason = "parked", f"instance {row.instance_id!r} is suspended"
             else:
                 u.queue.append((row.target_id, Event.from_dict(row.event), row.caller_context))
                 self._drain(u)
             return outcome, reason
 
         try:
-            outcome, reason = self._run(unit, completion=lambda o: TimerCompletion(row.key, o[0], o[1], node))
+            outcome, reason = self._run(
+                unit, completion=lambda o: None if o[0] == "parked" else TimerCompletion(row.key, o[0], o[1], node))
         except _AlreadyDone:
             return FireResult(row.key, "skipped", "completed elsewhere", lag)
         except Exception as exc:  # a delivery failure must not lose the row
@@ -503,7 +565,8 @@ class Host:
             assert e.position is not None
             blob = e.position.to_bytes(self.codec)
             writes.append(PositionWrite(iid, e.chart_name, None if e.record is None else e.record.version, blob,
-                                        e.position.status, tuple(e.refs), e.parent, tuple(e.keys)))
+                                        SUSPENDED if e.suspended else e.position.status, tuple(e.refs), e.parent,
+                                        tuple(e.keys)))
         deleted = {iid for iid, e in u.entries.items() if e.deleted}
         puts = tuple(r for r in u.puts.values() if r.instance_id not in deleted)
         dels = tuple(k for k in dict.fromkeys(u.deletes) if k[0] not in deleted and k != u.protected)
@@ -517,7 +580,8 @@ class Host:
         if rec is None:
             return None
         pos = Position.from_bytes(rec.blob, self._chart_for_blob(rec.chart, rec.blob))
-        e = _Entry(rec, self._stamp(u, pos), rec.chart, list(rec.timers), rec.parent, keys=list(rec.idempotency))
+        e = _Entry(rec, self._stamp(u, pos), rec.chart, list(rec.timers), rec.parent, keys=list(rec.idempotency),
+                   suspended=rec.status == SUSPENDED)
         u.entries[instance_id] = e
         return e
 
@@ -571,6 +635,9 @@ class Host:
             e = self._load(u, iid)
             if e is None or e.position is None or e.position.status != RUNNING:
                 continue  # the spec drops events for sessions that are gone
+            if e.suspended:   # routed here from another instance: it waits, parked, for resume
+                self._keep_as_row(u, iid, e, ev, ctx, "sb.suspended", SUSPENDED)
+                continue
             u.deliveries += 1
             interp = self._interpreters[e.position.chart.identity]
             pos, effects = interp.drive(e.position, ev, caller_context=ctx)
@@ -581,16 +648,20 @@ class Host:
 
     def _spill(self, u: _Unit) -> None:
         """Over the delivery budget: keep the rest as timer rows due now (durable, FIFO)."""
-        now = self.clock.now_ms()
         while u.queue:
             iid, ev, ctx = u.queue.popleft()
             e = self._load(u, iid)
             if e is None or e.position is None:
                 continue
-            ordinal = self._next_ordinal(e)
-            row = TimerRow(iid, ordinal, iid, now, f"sb.spill.{ordinal}", ev.to_dict(), caller_context=ctx)
-            u.puts[row.key] = row
-            e.refs.append(TimerRef(ordinal, row.send_id))
+            self._keep_as_row(u, iid, e, ev, ctx, "sb.spill", SUSPENDED if e.suspended else PENDING)
+
+    def _keep_as_row(self, u: _Unit, iid: str, e: _Entry, ev: Event, ctx: Any, prefix: str, state: str) -> None:
+        """An event the instance cannot take now becomes its own row, due now (FIFO by ordinal)."""
+        ordinal = self._next_ordinal(e)
+        row = TimerRow(iid, ordinal, iid, self.clock.now_ms(), f"{prefix}.{ordinal}", ev.to_dict(),
+                       caller_context=ctx, state=state)
+        u.puts[row.key] = row
+        e.refs.append(TimerRef(ordinal, row.send_id))
 
     @staticmethod
     def _next_ordinal(e: _Entry) -> int:

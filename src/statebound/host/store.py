@@ -46,7 +46,7 @@ __all__ = [
     "TimerRef", "KeyRecord", "PositionRecord", "TimerRow", "TimerKey", "PositionWrite",
     "TimerCompletion", "Commit", "Store", "pack_field", "unpack_field", "check_instance_id",
     "commit_instance_ids",
-    "PENDING", "CLAIMED", "WAITING", "DEAD", "DONE", "TIMER", "SEND", "INVOKE", "CANCEL", "ROW_KINDS",
+    "PENDING", "CLAIMED", "WAITING", "DEAD", "DONE", "SUSPENDED", "TIMER", "SEND", "INVOKE", "CANCEL", "ROW_KINDS",
 ]
 
 
@@ -96,6 +96,10 @@ CLAIMED = "claimed"
 WAITING = "waiting"
 DEAD = "dead"
 DONE = "done"
+#: A row of a suspended instance, parked until ``Host.resume``: in no due index, so no
+#: sweep sees it, and listed by ``pending_timers`` like any unfinished row. Also the
+#: ``status`` of a suspended instance's position record (its blob still says running).
+SUSPENDED = "suspended"
 
 #: Row kinds: what firing the row does (see the module docstring).
 TIMER = "timer"

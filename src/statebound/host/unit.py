@@ -44,6 +44,7 @@ class Entry:
     dirty: bool = False
     deleted: bool = False
     keys: list[KeyRecord] = field(default_factory=list)
+    suspended: bool = False     # Host.suspend: takes no events; its rows are parked
 
 
 @dataclass

@@ -1,0 +1,110 @@
+"""Host.suspend / resume: a suspended instance takes no events and its timers wait."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import statebound as sb
+
+ORDER = Path(__file__).resolve().parents[1] / "examples" / "order" / "order.scxml"
+
+PONG = '''<scxml xmlns="http://www.w3.org/2005/07/scxml" name="pong" initial="s" datamodel="python">
+  <datamodel><data id="n" expr="0"/></datamodel>
+  <state id="s"><transition event="pong"><assign location="n" expr="n + 1"/></transition></state>
+</scxml>'''
+PING = '''<scxml xmlns="http://www.w3.org/2005/07/scxml" name="ping" initial="s" datamodel="python">
+  <state id="s"><transition event="ping"><send event="pong" target="#_scxml_b"/></transition></state>
+</scxml>'''
+
+
+@pytest.fixture(params=["memory", "sqlite"])
+def host(request, tmp_path):
+    store = sb.MemoryStore() if request.param == "memory" else sb.SQLiteStore(tmp_path / "s.db")
+    charts = [sb.Chart.from_file(ORDER), sb.Chart.from_scxml(PING), sb.Chart.from_scxml(PONG)]
+    return sb.Host(charts, store=store, clock=sb.ManualClock(now_ms=1_000))
+
+
+def test_a_suspended_instance_refuses_events_and_writes_nothing(host):
+    host.start("order", "o1", {"payment_timeout": "1h"})
+    host.suspend("o1")
+    assert host.is_suspended("o1") and host.store.load("o1").status == "suspended"
+    version = host.store.load("o1").version
+    with pytest.raises(sb.InstanceSuspended) as err:
+        host.send("o1", "StartPayment")
+    assert err.value.instance_id == "o1" and isinstance(err.value, sb.HostError)
+    with pytest.raises(sb.InstanceSuspended):
+        host.cancel("o1")
+    assert host.store.load("o1").version == version
+    host.suspend("o1")                                           # again: nothing to do
+    assert host.store.load("o1").version == version
+    assert host.get("o1").status == "running"                    # the chart itself is still running
+    host.resume("o1")
+    host.resume("o1")                                            # again: nothing to do
+    assert not host.is_suspended("o1") and host.store.load("o1").status == "running"
+    assert host.send("o1", "StartPayment").configuration == {"Started"}
+    with pytest.raises(sb.InstanceNotFound):
+        host.suspend("ghost")
+    with pytest.raises(sb.InstanceNotFound):
+        host.resume("ghost")
+    host.send("o1", "Complete")
+    with pytest.raises(sb.NotRunning):
+        host.suspend("o1")
+
+
+def test_timers_wait_while_suspended_and_fire_after_resume(host):
+    host.start("order", "o1", {"payment_timeout": "1s"})
+    host.send("o1", "StartPayment")
+    host.suspend("o1")
+    [row] = host.pending_timers("o1")
+    assert (row.state, row.name) == ("suspended", "PaymentTimeout")
+    host.clock.advance(10_000)                                   # long past due
+    assert host.next_due() is None and host.fire_due() == []
+    assert host.get("o1").configuration == {"Started"}
+    host.resume("o1")
+    [row] = host.pending_timers("o1")
+    assert row.state == "pending" and row.ready_at_ms == host.clock.now_ms() and row.due_at_ms == 2_000
+    assert [r.outcome for r in host.fire_due()] == ["fired"]     # the same generation: not stale
+    assert host.get("o1").configuration == {"Cancelled"}
+
+
+def test_a_row_claimed_before_the_suspend_is_parked_in_place_when_it_fires(host):
+    host.start("order", "o1", {"payment_timeout": "1s"})
+    host.send("o1", "StartPayment")
+    host.clock.advance(1_000)
+    [claimed] = host.store.claim_due(host.clock.now_ms(), 10, "sweeper-1", 60_000)
+    host.suspend("o1")
+    res = host.fire(claimed, node_id="sweeper-1")
+    assert res.outcome == "parked"
+    [row] = host.pending_timers("o1")
+    assert (row.key, row.state, row.name, row.claimed_by) == (claimed.key, "suspended", "PaymentTimeout", None)
+    assert host.store.load("o1").timers[0].ordinal == claimed.ordinal
+    host.resume("o1")
+    assert [r.outcome for r in host.fire_due()] == ["fired"]
+    assert host.get("o1").configuration == {"Cancelled"}
+
+
+def test_events_routed_to_a_suspended_instance_wait_as_its_rows(host):
+    host.start("pong", "b")
+    host.start("ping", "a")
+    host.send("a", "ping")
+    assert host.get("b").datamodel["n"] == 1
+    host.suspend("b")
+    host.send("a", "ping")                                       # a is not suspended: it runs
+    host.send("a", "ping")
+    assert host.get("b").datamodel["n"] == 1
+    rows = host.pending_timers("b")
+    assert [(r.state, r.event["name"]) for r in rows] == [("suspended", "pong")] * 2
+    assert host.fire_due() == []
+    host.resume("b")
+    assert [r.outcome for r in host.fire_due()] == ["fired", "fired"]
+    assert host.get("b").datamodel["n"] == 3 and host.pending_timers("b") == []
+
+
+def test_a_suspended_instance_can_be_deleted(host):
+    host.start("order", "o1", {"payment_timeout": "1s"})
+    host.send("o1", "StartPayment")
+    host.suspend("o1")
+    host.delete("o1")
+    assert not host.exists("o1") and host.pending_timers("o1") == []
