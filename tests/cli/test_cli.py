@@ -540,14 +540,16 @@ def test_drive_workers_checkpoint_the_low_water_mark(store_url, capsys, tmp_path
     assert _counts(capsys, 6) == [5] * 6
 
 
-@pytest.mark.skipif(not __import__("statebound.cli.drive").cli.drive.HOST_TAKES_KEYS,
-                    reason="Host.send(idempotency_key=) is not on this branch yet (the outbox work adds it)")
-def test_drive_resumed_too_early_applies_keyed_events_once(store_url, capsys, tmp_path):
+def test_drive_resumed_too_early_applies_keyed_lines_once(store_url, capsys, tmp_path):
     chart, events = _counter_events(tmp_path, 2, 3)
+    lines = events.read_text().splitlines()
+    lines[:2] = [json.dumps({**json.loads(x), "idempotency_key": f"start-{n}"}) for n, x in enumerate(lines[:2])]
+    events.write_text("\n".join(lines) + "\n")
     ok(capsys, "start", str(chart), "seed")
     ok(capsys, "drive", str(events))
-    ok(capsys, "drive", str(events), "--resume-from", "3")                 # every bump sent again
-    assert _counts(capsys, 2) == [3, 3]
+    d = ok_json(capsys, "drive", str(events), "--resume-from", "1")         # every line sent again
+    assert d["ok"] == d["events"] == 8 and d["error_count"] == 0           # keyed starts are no error
+    assert _counts(capsys, 2) == [3, 3]                                    # keyed bumps applied once
 
 
 def test_drive_progress_bar_with_and_without_tqdm(store_url, capsys, monkeypatch, tmp_path):

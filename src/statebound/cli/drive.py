@@ -17,9 +17,9 @@ on. The exit code is 1 if any line failed.
 **Resuming.** ``--checkpoint FILE`` records, about once a second and at the end, the
 first line not yet known to be done. After a crash, ``--resume-from FILE`` (or a line
 number) skips everything before it. Lines handled after the last checkpoint are sent
-again, so across a resume delivery is at least once; an event that carries an
-``idempotency_key`` is applied once, given a host that honours keys (see
-:data:`HOST_TAKES_KEYS`).
+again, so across a resume delivery is at least once; a line that carries an
+``idempotency_key`` is applied once (``Host.send``/``Host.start`` with that key: a repeat
+returns the instance as it is, and a start sent again is not an "already exists" error).
 
 **Progress.** A bar on stderr (``tqdm``, the ``cli`` extra) when stderr is a terminal, or
 with ``--progress``; without tqdm the command runs the same, without a bar.
@@ -28,7 +28,6 @@ with ``--progress``; without tqdm the command runs the same, without a bar.
 from __future__ import annotations
 
 import argparse
-import inspect
 import json
 import os
 import queue
@@ -44,11 +43,7 @@ from ._base import EXIT_ERROR, EXIT_USAGE, CliError, emit
 from ._progress import Progress
 from ._store import open_location
 
-__all__ = ["register", "HOST_TAKES_KEYS"]
-
-#: Whether ``Host.send`` takes ``idempotency_key=``. HOOK(outbox): the outbox branch adds the
-#: keyword; until it is on main, keys in the input are read, reported, and not applied.
-HOST_TAKES_KEYS = "idempotency_key" in inspect.signature(Host.send).parameters
+__all__ = ["register"]
 
 BATCH = 64                      # lines per message to a worker
 CHECKPOINT_EVERY_S = 1.0
@@ -78,13 +73,11 @@ def _parse(lineno: int, line: str) -> tuple[dict[str, Any] | None, str | None]:
 
 
 def _apply(host: Host, item: dict[str, Any]) -> None:
-    if "start" in item:
-        host.start(item["start"], item["instance"], item.get("data"))
-        return
-    event = Event(item["event"], item.get("data"))
     key = item.get("idempotency_key")
-    keyed: dict[str, Any] = {"idempotency_key": key} if key is not None and HOST_TAKES_KEYS else {}
-    host.send(item["instance"], event, **keyed)
+    if "start" in item:
+        host.start(item["start"], item["instance"], item.get("data"), idempotency_key=key)
+    else:
+        host.send(item["instance"], Event(item["event"], item.get("data")), idempotency_key=key)
 
 
 def _one_line(exc: BaseException) -> str:
