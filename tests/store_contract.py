@@ -38,8 +38,9 @@ PORTABLE_ID_BYTES = 1_000
 # Names that internal records of some backend use or used, and pieces of key syntax.
 _RESERVED_LOOKING = ["lease#members", "lease#0", "lease#1", "lease#board", "sweep#0", "sweep#3",
                      "cursor#0", "dead", "dead#0", "due#0", "0#0", "P", "T#00000000000000000001",
-                     "C", "L", "N#node", "meta", "schema_version"]
-_FRAGMENTS = ["#", "::", "lease#", "sweep#", "cursor#", "members", "N#", "T#", "P", "\x1f", "\x00",
+                     "C", "L", "N#node", "meta", "schema_version", "cli#charts", "R#order", "history",
+                     "H#00000000000000000001"]
+_FRAGMENTS = ["#", "::", "lease#", "sweep#", "cursor#", "members", "N#", "T#", "H#", "P", "\x1f", "\x00",
               "/", "%23", " ", "'", '"', ";", "--", "é", "€", "😀", "\u202e", "\ufeff"]
 
 
@@ -112,6 +113,9 @@ class StoreContract:
     """Backend-agnostic tests of the Store protocol (see the module docstring)."""
 
     claims_are_exclusive = True
+    #: the backend drops history records past ``Commit.history_keep`` and past their
+    #: ``expires_at_ms`` as it writes (DynamoDB leaves both to TTL)
+    history_bounded_on_write = True
 
     @pytest.fixture
     def store_drop_done(self):
@@ -646,6 +650,47 @@ class StoreContract:
         put(store, replace(parked, state=PENDING, next_attempt_at_ms=500))
         assert keys(store.claim_due(1_000, 10, "n2", 100)) == [("a", 1)]
         assert store.get_timer(("a", 1)).ready_at_ms == 500
+
+    # ------------------------------------------------------------------ history
+
+    def test_history_records_commit_with_their_writes_and_page_oldest_first(self, store):
+        from statebound.host.store import HistoryRecord
+
+        def rec(iid, version, **kw):
+            return HistoryRecord(iid, version, 1_000 + version, kw.pop("kind", "event"), **kw)
+        first = rec("a", 1, kind="start", steps=({"event": {"name": "go", "data": {"n": [1, 2]}}}, {"ordinal": 1}),
+                    configuration=("s", "t"), effects={"armed": [{"send_id": "x"}]}, chart="c", revision="sha256:1",
+                    call={"op": "start", "instance": "a", "idempotency_key": "k"}, caller_context={"tp": "00-ab"},
+                    start={"data": {"n": 1}, "parent": None, "invokeid": None}, expires_at_ms=10 ** 12)
+        store.commit(Commit(writes=(PositionWrite("a", "c", None, b"v1", "running"),), history=(first,)))
+        for v in range(2, 7):
+            store.commit(Commit(writes=(update("a", v - 1, blob=f"v{v}".encode()),), history=(rec("a", v),)))
+        assert store.history("a") == [first, *[rec("a", v) for v in range(2, 7)]]      # every field round-trips
+        assert [r.version for r in store.history("a", after_version=2, limit=3)] == [3, 4, 5]
+        assert store.history("a", after_version=6) == [] and store.history("nobody") == []
+        assert store.history("a", limit=0) == []
+        # a commit that fails writes no record
+        with pytest.raises(ConflictError):
+            store.commit(Commit(writes=(update("a", 3, blob=b"stale"),), history=(rec("a", 4, kind="write"),)))
+        assert store.history("a", after_version=3, limit=1)[0].kind == "event"
+        # deleting the instance deletes its history; a new life starts a new one
+        store.commit(Commit(writes=(delete("a", 6),)))
+        assert store.history("a") == []
+        create(store, "a")
+        assert store.history("a") == []
+
+    def test_history_is_bounded_by_count_and_expiry(self, store):
+        if not self.history_bounded_on_write:
+            pytest.skip("this backend bounds history by TTL, asynchronously")
+        from statebound.host.store import HistoryRecord
+        create(store, "a")
+        for v in range(2, 9):
+            expiry = 1_000 + 5 if v == 2 else None          # v2 expires before v8 is written
+            store.commit(Commit(writes=(update("a", v - 1),), history_keep=4,
+                                history=(HistoryRecord("a", v, 1_000 + v, "event", expires_at_ms=expiry),)))
+        assert [r.version for r in store.history("a")] == [5, 6, 7, 8]
+        store.commit(Commit(writes=(update("a", 8),), history=(HistoryRecord("a", 9, 1_009, "event"),)))
+        assert [r.version for r in store.history("a")] == [5, 6, 7, 8, 9]              # no bound given
 
     # ------------------------------------------------------------------ operator batch jobs
 

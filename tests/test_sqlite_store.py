@@ -98,7 +98,8 @@ def test_older_schema_is_migrated_forward_keeping_data(db_path, monkeypatch):
 
 
 def test_a_version_1_file_gains_the_outbox_and_key_columns(db_path):
-    """A file written before the outbox existed opens as schema 2 and reads the same."""
+    """A file written before the outbox existed opens as schema 3 (outbox and key columns,
+    then the history table) and reads the same."""
     conn = raw(db_path)
     for sql in sqlite_mod._MIGRATIONS[1]:
         conn.execute(sql)
@@ -112,7 +113,8 @@ def test_a_version_1_file_gains_the_outbox_and_key_columns(db_path):
                  "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", params[:17] + params[18:])
     conn.close()
     with SQLiteStore(db_path) as store:
-        assert store.schema_version == SCHEMA_VERSION == 2
+        assert store.schema_version == SCHEMA_VERSION == 3
+        assert store.history("a") == []
         rec = store.load("a")
         assert (rec.version, rec.blob, rec.timers, rec.idempotency) == (3, b"\x00\xff", (TimerRef(1, "send-1"),), ())
         assert store.get_timer(("a", 1)) == timer("a", 1, 10)       # kind defaults to timer

@@ -707,13 +707,14 @@ def test_readme_dynamodb_commands_run_as_written_against_moto(moto_endpoint, mon
     block = next(b for b in re.findall(r"```sh\n(.*?)```", (ROOT / "README.md").read_text(), re.S)
                  if "dynamodb://" in b)
     lines = [line for line in block.splitlines() if line.strip()]
-    export = lines[0]
-    assert export.startswith("export STATEBOUND_STORE=")
-    url = shlex.split(export[len("export "):])[0].split("=", 1)[1]
+    exports = dict(shlex.split(line, comments=True)[1].split("=", 1) for line in lines if line.startswith("export "))
+    lines = [line for line in lines if not line.startswith("export ")]
+    assert exports["STATEBOUND_STORE"].startswith("dynamodb://statebound?") and exports["STATEBOUND_HISTORY"]
     table = f"readme-{tmp_path.name[-6:].replace('_', '-')}"
-    url = url.replace("dynamodb://statebound", f"dynamodb://{table}").replace("http://127.0.0.1:5000", moto_endpoint)
+    url = exports["STATEBOUND_STORE"].replace("dynamodb://statebound", f"dynamodb://{table}").replace(
+        "http://127.0.0.1:5000", moto_endpoint)
     _aws_env(monkeypatch)
-    env = {**os.environ, "STATEBOUND_STORE": url}
+    env = {**os.environ, **exports, "STATEBOUND_STORE": url}
     (tmp_path / "examples").symlink_to(ROOT / "examples")
     (tmp_path / "events.jsonl").write_text(json.dumps({"instance": "order-2", "start": "order"}) + "\n"
                                            + json.dumps({"instance": "order-2", "event": "Cancel"}) + "\n")
@@ -721,7 +722,7 @@ def test_readme_dynamodb_commands_run_as_written_against_moto(moto_endpoint, mon
         '<transition event="Complete" target="Done"/>',
         '<transition event="Complete" target="Done"/><transition event="Void" target="Cancelled"/>'))
     outputs = []
-    for line in lines[1:]:
+    for line in lines:
         argv = shlex.split(line, comments=True)
         assert argv[0] == "statebound"
         p = subprocess.run([sys.executable, "-m", "statebound.cli", *argv[1:]], cwd=tmp_path, env=env,
@@ -732,6 +733,7 @@ def test_readme_dynamodb_commands_run_as_written_against_moto(moto_endpoint, mon
     assert f"table {table} is ready" in text and "class Started active" in text
     assert "1 timer(s) due by" in text and "0 dead timer row(s)" in text and "drove 2/2 events" in text
     assert "would move 2 of 2 instance(s) of 'order'" in text
+    assert "order-1: replayed" in text and "byte-identical" in text
 
 
 def test_suspend_and_resume(store_url, capsys):
@@ -750,3 +752,37 @@ def test_suspend_and_resume(store_url, capsys):
     assert ok_json(capsys, "show", "o1")["configuration"] == ["Cancelled"]
     fails(capsys, "suspend", "ghost", code=3)
     fails(capsys, "suspend", "o1", code=5)                                  # halted
+
+
+# ----------------------------------------------------------------------------- history
+
+
+def test_history_timeline_and_replay(store_url, capsys, monkeypatch):
+    monkeypatch.setenv("STATEBOUND_HISTORY", "100")
+    ok(capsys, "start", ORDER, "o1", "--data", '{"amount": 25, "payment_timeout": "1ms"}')
+    ok(capsys, "send", "o1", "StartPayment", "--data", '{"card": "4242"}', "--idempotency-key", "req-17")
+    ok(capsys, "send", "o1", "StartPayment", "--data", '{"card": "4242"}', "--idempotency-key", "req-17")  # repeat
+    time.sleep(0.02)
+    assert ok_json(capsys, "sweep", "--until-idle")["fired"] == 1
+    records = ok_json(capsys, "history", "o1")
+    assert [(r["version"], r["kind"], r["configuration"], r["call"].get("op")) for r in records] == [
+        (1, "start", ["Pending"], "start"), (2, "event", ["Started"], "send"), (3, "event", ["Cancelled"], "fire")]
+    assert records[1]["call"]["idempotency_key"] == "req-17"
+    assert records[1]["steps"][0]["event"]["data"] == {"card": "4242"}
+    out = ok(capsys, "history", "o1")
+    lines = out.splitlines()
+    assert lines[0] == "o1: 3 record(s)"
+    assert "start order" in lines[1] and "-> Pending" in lines[1]
+    assert "send StartPayment  key=req-17" in lines[2] and "armed PaymentTimeout" in lines[2]
+    assert "fire #1 PaymentTimeout" in lines[3] and "-> Cancelled (done)" in lines[3] and "done" in lines[3]
+    assert "byte-identical" in ok(capsys, "replay", "o1")
+    assert ok_json(capsys, "replay", "o1") == {"instance": "o1", "identical": True, "records": 3,
+                                               "reason": None, "diverged_at": None,
+                                               "bytes": len(sb.open_store(store_url).load("o1").blob)}
+    # an event written by a host that keeps no history makes the record incomplete, and replay says so
+    ok(capsys, "start", ORDER, "o2")
+    ok(capsys, "--history", "0", "send", "o2", "StartPayment")
+    code, out, _ = run(capsys, "--json", "replay", "o2")
+    assert code == 1 and "do not cover every commit" in json.loads(out)["reason"]
+    fails(capsys, "history", "ghost", code=3)
+    fails(capsys, "replay", "ghost", code=3)

@@ -19,6 +19,7 @@ class TestDynamoContract(StoreContract):
     """
 
     claims_are_exclusive = True
+    history_bounded_on_write = False   # TTL (expires_at) bounds history on DynamoDB
 
     @pytest.fixture
     def store(self, mock_client, table):

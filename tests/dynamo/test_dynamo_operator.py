@@ -78,3 +78,69 @@ def test_purge_done_is_the_documented_table_scan(mock_client, table, requests_):
     requests_.take()
     assert store.purge_done(100) == 1
     assert requests_.take() == [("Scan", None), ("DeleteItem", None)]
+
+
+# ----------------------------------------------------------------------------- history
+
+
+class Items:
+    """The TransactItems of every TransactWriteItems a client sends."""
+
+    def __init__(self, client):
+        self.transactions: list[list[dict]] = []
+        self.ops: list[str] = []
+        self._client = client
+        client.meta.events.register("provide-client-params.dynamodb", self._record)
+
+    def _record(self, params, model, **kwargs):
+        self.ops.append(model.name)
+        if model.name == "TransactWriteItems":
+            self.transactions.append(params["TransactItems"])
+
+    def close(self):
+        self._client.meta.events.unregister("provide-client-params.dynamodb", self._record)
+
+
+def test_history_costs_one_more_put_in_the_same_transaction(mock_client, table):
+    from pathlib import Path
+
+    import statebound as sb
+    order = sb.Chart.from_file(Path(__file__).resolve().parents[2] / "examples" / "order" / "order.scxml")
+    store = make_store(mock_client, table)
+    plain = sb.Host([order], store=store, clock=sb.ManualClock(now_ms=10_000))
+    recording = sb.Host([order], store=store, clock=sb.ManualClock(now_ms=10_000), history_ttl_s=3_600)
+    plain.start("order", "p")
+    recording.start("order", "h")
+    rec = Items(mock_client)
+    try:
+        plain.send("p", "Cancel")                      # no timer changes: one conditional PutItem
+        assert rec.ops == ["GetItem", "PutItem"] and rec.transactions == []
+        rec.ops.clear()
+        recording.send("h", "Cancel")                  # the same event, recorded: a 2-item transaction
+        assert rec.ops == ["GetItem", "TransactWriteItems"]
+        [items] = rec.transactions
+        assert [next(iter(a)) for a in items] == ["Put", "Put"]
+        position, record = (a["Put"]["Item"] for a in items)
+        assert position["sk"] == {"S": "P"} and record["sk"] == {"S": "H#00000000000000000002"}
+        assert record["expires_at"] == {"N": str((10_000 + 3_600_000) // 1000)}   # TTL, in seconds
+    finally:
+        rec.close()
+    assert [r.kind for r in store.history("h")] == ["start", "event"]
+    assert store.history("p") == []
+    assert recording.replay("h").identical
+
+
+def test_a_record_too_large_for_an_item_is_kept_without_its_data(mock_client, table):
+    import statebound as sb
+    chart = sb.Chart.from_scxml('''<scxml xmlns="http://www.w3.org/2005/07/scxml" name="big" initial="s"
+      datamodel="python"><state id="s"><transition event="go"/></state></scxml>''')
+    store = make_store(mock_client, table)
+    host = sb.Host([chart], store=store, history=True)
+    host.start("big", "b")
+    host.send("b", "go", {"blob": "x" * 420_000})      # the event is delivered, its record is too big...
+    host.send("b", "go", {"blob": "y" * 420_000})
+    records = store.history("b")
+    assert [r.call.get("truncated") for r in records] == [None, True, True]
+    assert records[1].steps[0]["event"]["data"] is None and records[1].steps[0]["event"]["name"] == "go"
+    report = host.replay("b")                          # ...so replay says it cannot, rather than guess
+    assert not report.identical and "without its data" in report.reason

@@ -1,7 +1,7 @@
 """The ``statebound`` command.
 
 One module per command group: ``instances`` (start, send, show, suspend, resume, delete), ``timers``
-(timers, redrive, sweep, purge), ``charts`` (validate, diagram), ``drive``, ``migrate``
+(timers, redrive, sweep, purge), ``history`` (history, replay), ``charts`` (validate, diagram), ``drive``, ``migrate``
 (a store's instances, or one blob with ``blobs``), ``blobs`` (inspect) and ``dynamodb``
 (create-table). ``_store`` opens the store and its
 chart registry for all of them; ``_base`` holds output and errors.
@@ -27,7 +27,7 @@ from typing import Any
 
 from ..exceptions import (ChartError, InstanceExists, InstanceNotFound, InstanceSuspended, InvalidStoreURL,
                           NotRunning, PositionError, StateboundError, UnknownChart)
-from . import blobs, charts, drive, dynamodb, instances, migrate, timers
+from . import blobs, charts, drive, dynamodb, history, instances, migrate, timers
 from ._store import default_store
 from ._base import (EXIT_ERROR, EXIT_EXISTS, EXIT_NOT_FOUND, EXIT_NOT_RUNNING, EXIT_SUSPENDED, EXIT_USAGE,
                     CliError)
@@ -50,15 +50,19 @@ def build_parser() -> argparse.ArgumentParser:
                    help="a SQLite path, sqlite:///PATH or dynamodb://TABLE?region=...&endpoint_url=... "
                         "(default: $STATEBOUND_STORE, $STATEBOUND_DB or statebound.db); --db is an alias")
     p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.add_argument("--history", type=int, metavar="N", default=None,
+                   help="record execution history, keeping N records per instance "
+                        "(default: $STATEBOUND_HISTORY, or 0: off)")
     # --store and --json are also accepted after the command (`statebound show ID --json`);
     # SUPPRESS keeps the global value when they are not repeated there.
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--store", "--db", dest="store", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
     common.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+    common.add_argument("--history", type=int, default=argparse.SUPPRESS, help=argparse.SUPPRESS)
     sub = p.add_subparsers(dest="cmd", required=True)
     _add = sub.add_parser
     sub.add_parser = lambda name, **kw: _add(name, parents=[common], **kw)  # type: ignore[method-assign, list-item]
-    for module in (instances, timers, charts, drive, migrate, blobs, dynamodb):
+    for module in (instances, timers, history, charts, drive, migrate, blobs, dynamodb):
         module.register(sub)
     return p
 

@@ -18,7 +18,7 @@ from ..storeurl import parse_store_url
 from ._base import EXIT_USAGE, CliError, log_printer
 from .registry import ChartRegistry, SQLiteChartRegistry
 
-__all__ = ["DEFAULT_STORE", "default_store", "open_location", "open_store", "open_host"]
+__all__ = ["DEFAULT_STORE", "default_store", "default_history", "history_keep", "open_location", "open_store", "open_host"]
 
 DEFAULT_STORE = "statebound.db"
 
@@ -26,6 +26,16 @@ DEFAULT_STORE = "statebound.db"
 def default_store() -> str:
     """``$STATEBOUND_STORE``, else ``$STATEBOUND_DB``, else ``statebound.db``."""
     return os.environ.get("STATEBOUND_STORE") or os.environ.get("STATEBOUND_DB") or DEFAULT_STORE
+
+
+def default_history() -> int:
+    """``$STATEBOUND_HISTORY`` (records kept per instance), else 0: no history."""
+    raw = os.environ.get("STATEBOUND_HISTORY", "").strip()
+    if not raw:
+        return 0
+    if not raw.isdigit():
+        raise CliError(f"$STATEBOUND_HISTORY must be a number of records, not {raw!r}", EXIT_USAGE)
+    return int(raw)
 
 
 def open_location(location: str) -> tuple[Any, ChartRegistry]:
@@ -47,7 +57,18 @@ def open_store(args: argparse.Namespace) -> tuple[Any, ChartRegistry]:
 
 
 def open_host(args: argparse.Namespace) -> tuple[Host, ChartRegistry]:
-    """A host on the command line's store, running every chart revision remembered there."""
+    """A host on the command line's store, running every chart revision remembered there
+    (recording history when ``--history N`` asks for it)."""
     store, reg = open_store(args)
-    host = Host(reg.load_all(), store=store, clock=SystemClock(), on_log=log_printer(args))
+    host = Host(reg.load_all(), store=store, clock=SystemClock(), on_log=log_printer(args),
+                history=history_keep(args) or False)
     return host, reg
+
+
+def history_keep(args: argparse.Namespace) -> int:
+    """How many history records per instance the command's hosts keep (0: no history)."""
+    keep = getattr(args, "history", None)
+    keep = default_history() if keep is None else keep
+    if keep < 0:
+        raise CliError("--history takes a number of records to keep (0: off)", EXIT_USAGE)
+    return int(keep)

@@ -41,7 +41,7 @@ from typing import Any, TextIO
 from .. import Event, Host, SystemClock, jsonio
 from ._base import EXIT_ERROR, EXIT_USAGE, CliError, emit
 from ._progress import Progress
-from ._store import open_location
+from ._store import history_keep, open_location
 
 __all__ = ["register"]
 
@@ -96,9 +96,10 @@ def _apply_batch(host: Host, batch: list[Item]) -> tuple[int, list[str]]:
     return ok, errors
 
 
-def _open_host(location: str) -> tuple[Host, Any]:
+def _open_host(location: str, history: int) -> tuple[Host, Any]:
     store, reg = open_location(location)
-    return Host(reg.load_all(), store=store, clock=SystemClock(), on_log=lambda *a: None), store
+    return Host(reg.load_all(), store=store, clock=SystemClock(), on_log=lambda *a: None,
+                history=history or False), store
 
 
 def _close(store: Any) -> None:
@@ -177,7 +178,7 @@ def _lines(fh: TextIO, start: int) -> Iterator[tuple[int, str]]:
 
 
 def _drive_inline(args: argparse.Namespace, lines: Iterator[tuple[int, str]], run: _Run, start: int) -> int:
-    host, store = _open_host(args.store)
+    host, store = _open_host(args.store, history_keep(args))
     next_line = start
     try:
         for lineno, line in lines:
@@ -195,10 +196,10 @@ def _drive_inline(args: argparse.Namespace, lines: Iterator[tuple[int, str]], ru
     return next_line
 
 
-def _worker(location: str, inbox: Any, outbox: Any, wid: int) -> None:
+def _worker(location: str, history: int, inbox: Any, outbox: Any, wid: int) -> None:
     """A worker process: apply each batch it is given, report what happened."""
     try:
-        host, store = _open_host(location)
+        host, store = _open_host(location, history)
     except BaseException as exc:
         outbox.put(("fatal", wid, _one_line(exc)))
         return
@@ -217,7 +218,8 @@ def _drive_workers(args: argparse.Namespace, lines: Iterator[tuple[int, str]], r
     ctx = mp.get_context("spawn")
     outbox = ctx.Queue()
     inboxes = [ctx.Queue(maxsize=8) for _ in range(workers)]
-    procs = [ctx.Process(target=_worker, args=(args.store, inboxes[w], outbox, w), daemon=True)
+    keep = history_keep(args)
+    procs = [ctx.Process(target=_worker, args=(args.store, keep, inboxes[w], outbox, w), daemon=True)
              for w in range(workers)]
     for p in procs:
         p.start()

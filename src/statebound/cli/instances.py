@@ -22,7 +22,7 @@ def cmd_start(args: argparse.Namespace) -> int:
     if data is not None and not isinstance(data, dict):
         raise CliError(f"--data for start must be a JSON object, not {type(data).__name__}", EXIT_USAGE)
     host.register(chart)
-    pos = host.start(chart.name, args.id, data)
+    pos = host.start(chart.name, args.id, data, idempotency_key=args.idempotency_key)
     d = position_dict(pos, host.pending_timers(args.id), args.id)
     emit(args, d, human_position(d))
     return 0
@@ -30,7 +30,7 @@ def cmd_start(args: argparse.Namespace) -> int:
 
 def cmd_send(args: argparse.Namespace) -> int:
     host, _ = open_host(args)
-    pos = host.send(args.id, Event(args.event, parse_data(args.data)))
+    pos = host.send(args.id, Event(args.event, parse_data(args.data)), idempotency_key=args.idempotency_key)
     d = position_dict(pos, host.pending_timers(args.id), args.id)
     emit(args, d, human_position(d))
     return 0
@@ -75,12 +75,14 @@ def register(sub: Any) -> None:
     s.add_argument("chart")
     s.add_argument("id")
     s.add_argument("--data", help="initial datamodel values, as a JSON object")
+    s.add_argument("--idempotency-key", metavar="KEY", help="a retried start with this key is not an error")
     s.set_defaults(fn=cmd_start)
 
     s = sub.add_parser("send", help="send an event to an instance")
     s.add_argument("id")
     s.add_argument("event")
     s.add_argument("--data", help="event data, as JSON")
+    s.add_argument("--idempotency-key", metavar="KEY", help="apply this event once, however often it is sent")
     s.set_defaults(fn=cmd_send)
 
     s = sub.add_parser("show", help="show an instance")

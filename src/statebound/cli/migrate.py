@@ -33,7 +33,7 @@ from ..host import migration
 from ..position import diff
 from ._base import EXIT_ERROR, EXIT_USAGE, CliError, emit
 from ._progress import Progress
-from ._store import open_store
+from ._store import history_keep, open_store
 from .blobs import cmd_migrate_blob, parse_map
 
 __all__ = ["register"]
@@ -79,7 +79,7 @@ def _migrate_store(args: argparse.Namespace) -> int:
     diffs = {c.identity: diff(c, new, {k: v for k, v in mapping.items() if c.has_state(k)} or None) for c in olds}
     if not args.dry_run:
         reg.remember(new, str(Path(args.to_chart).resolve()), source)
-    host = Host(charts, store=store, clock=SystemClock(), on_log=lambda *a: None)
+    host = Host(charts, store=store, clock=SystemClock(), on_log=lambda *a: None, history=history_keep(args) or False)
     host.register(new)
 
     show = (not args.json and sys.stderr.isatty()) or args.progress

@@ -13,17 +13,18 @@ One table, ``pk`` (S) + ``sk`` (S)::
     sweep#<shard>      C              the sweep cursor of a shard (oldest bucket to scan)
     lease#<shard>      L              a shard lease (see leases.py)
     lease#members      N#<node id>    a sweeper node's membership heartbeat (see leases.py)
+    cli#charts         R#<name>...    a chart revision the CLI remembers (cli/registry.py)
 
 **Key spaces.** An instance id is any string :func:`check_id` accepts, so an instance
 may well be called ``lease#members`` or ``sweep#3`` and share a partition with internal
 items. What keeps them apart is the sort key: an instance's items have ``sk`` ``P`` or
-``T#<20 digits>`` and nothing else (:data:`INSTANCE_SKS`), internal items never do. Two
+``T#<20 digits>`` or ``H#<20 digits>`` and nothing else (:data:`INSTANCE_SKS`), internal items never do. Two
 rules follow, and every read in this package keeps them:
 
 * an internal item is read by its full key (``GetItem``, ``BatchGetItem``, a conditional
   write), or by a ``Query`` whose key condition pins ``sk`` to its own prefix
   (``begins_with(sk, "N#")``), never by ``pk`` alone;
-* a ``Query`` of an instance's partition pins ``sk`` to ``T#``.
+* a ``Query`` of an instance's partition pins ``sk`` to ``T#`` (or, for its history, ``H#``).
 
 So no instance id, however hostile, can reach an internal item, and an internal item can
 never show up as an instance's data. No migration is involved: the keys are the ones
@@ -61,7 +62,7 @@ __all__ = [
 POSITION_SK = "P"
 TIMER_PREFIX = "T#"
 #: The sort-key prefixes of an instance's own items; internal items use none of them.
-INSTANCE_SKS = (POSITION_SK, TIMER_PREFIX)
+INSTANCE_SKS = (POSITION_SK, TIMER_PREFIX, "H#")
 DUE_INDEX = "due-index"
 DEAD_INDEX = "dead-index"
 DEAD_PARTITION = "dead"

@@ -17,6 +17,14 @@ eventually consistent read).
 ``list_positions``          a paginated ``Scan`` of the table, keeping position items
                             (of one chart, if asked): reading every instance costs the
                             whole table's read units once. There is no index by chart.
+``history``                 1 ``Query`` of the instance's ``H#`` items (consistent)
+history, on ``commit``      1 more ``Put`` per record in the commit's
+                            ``TransactWriteItems``; a commit that was a single conditional
+                            ``PutItem`` becomes a 2-item transaction (transactions bill
+                            2 write units per KB per item: an event with no timer changes
+                            goes from about 1 WCU to about 4)
+history, on delete          1 ``Query`` of the ``H#`` items + 1 ``BatchWriteItem`` per 25,
+                            after the commit, best effort (TTL removes any left over)
 ``purge_done``              a ``Scan`` of the table (the whole table over a full pass:
                             done rows are in no index), plus 1 conditional
                             ``DeleteItem`` per row deleted. Prefer ``done_ttl_s``, which
@@ -26,18 +34,27 @@ eventually consistent read).
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from ..exceptions import ConflictError
-from ..host.store import CLAIMED, DONE, PENDING, PositionRecord, TimerRow
+from ..exceptions import ConflictError, StoreError
+from ..host.store import (CLAIMED, DONE, PENDING, HistoryRecord, PositionRecord, TimerRow, pack_history,
+                          unpack_history)
 from . import _codec as codec
-from ._codec import N, S
+from ._codec import B, N, S
 
 if TYPE_CHECKING:
     from .store import DynamoStore
 
-__all__ = ["due_timers", "list_positions", "purge_done", "DUE_SCAN_PARTITIONS"]
+log = logging.getLogger(__name__)
+
+__all__ = ["due_timers", "list_positions", "purge_done", "history", "history_item", "purge_history",
+           "DUE_SCAN_PARTITIONS", "HISTORY_PREFIX"]
+
+#: Sort key prefix of history items: ``H#<version, 20 digits>`` in the instance's partition.
+HISTORY_PREFIX = "H#"
 
 #: Above this many (bucket, shard) queries, ``due_timers`` scans the due index instead.
 DUE_SCAN_PARTITIONS = 500
@@ -192,3 +209,66 @@ def list_positions(self: DynamoStore, chart: str | None = None, *, after: str | 
         if len(out) >= limit:
             break
     return out
+
+
+def _history_sk(version: int) -> str:
+    return f"{HISTORY_PREFIX}{version:0{codec.ORDINAL_WIDTH}d}"
+
+
+def history_item(self: DynamoStore, h: HistoryRecord) -> dict[str, Any]:
+    """The item of one history record. A record over the item limit keeps everything but
+    the event and start data (marked ``call["truncated"]``): history must never be the
+    reason an event is refused, and replay reports such a record instead of guessing."""
+    from .store import MAX_ITEM_BYTES
+    item = _history_attrs(h)
+    if codec.item_size(item) > MAX_ITEM_BYTES:
+        steps = tuple({**s, "event": {**s["event"], "data": None}} if "event" in s else s for s in h.steps)
+        item = _history_attrs(replace(h, steps=steps, start=None, caller_context=None,
+                                      call={**h.call, "truncated": True}))
+    return item
+
+
+def _history_attrs(h: HistoryRecord) -> dict[str, Any]:
+    item = {"pk": S(h.instance_id), "sk": S(_history_sk(h.version)), "record": B(pack_history(h)),
+            "at_ms": N(h.at_ms)}
+    if h.expires_at_ms is not None:
+        item["expires_at"] = N(h.expires_at_ms // 1000)     # the table's TTL attribute, in seconds
+    return item
+
+
+def history(self: DynamoStore, instance_id: str, *, after_version: int = 0,
+            limit: int = 1_000) -> Sequence[HistoryRecord]:
+    """The instance's history records after ``after_version``, oldest first: one ``Query``
+    of its ``H#`` items (strongly consistent), paginated."""
+    codec.check_id(instance_id)
+    if limit <= 0:
+        return []
+    out: list[HistoryRecord] = []
+    for item in self._pages("query", ConsistentRead=True,
+                            KeyConditionExpression="#pk = :pk AND #sk BETWEEN :lo AND :hi",
+                            ExpressionAttributeNames={"#pk": "pk", "#sk": "sk"},
+                            ExpressionAttributeValues={":pk": S(instance_id), ":lo": S(_history_sk(after_version + 1)),
+                                                       ":hi": S(_history_sk(10 ** codec.ORDINAL_WIDTH - 1))},
+                            Limit=min(limit, 1_000)):
+        out.append(unpack_history(bytes(item["record"]["B"])))
+        if len(out) >= limit:
+            break
+    return out
+
+
+def purge_history(self: DynamoStore, instance_id: str) -> None:
+    """Delete a deleted instance's history items, after its commit, best effort."""
+    keys = [item["sk"]["S"] for item in self._pages(
+        "query", KeyConditionExpression="#pk = :pk AND begins_with(#sk, :h)", ProjectionExpression="#sk",
+        ExpressionAttributeNames={"#pk": "pk", "#sk": "sk"},
+        ExpressionAttributeValues={":pk": S(instance_id), ":h": S(HISTORY_PREFIX)})]
+    for start in range(0, len(keys), 25):
+        requests = [{"DeleteRequest": {"Key": self._key(instance_id, sk)}} for sk in keys[start:start + 25]]
+        try:
+            for _ in range(self._retries):
+                response = self._call("batch_write_item", RequestItems={self.table_name: requests})
+                requests = response.get("UnprocessedItems", {}).get(self.table_name, [])
+                if not requests:
+                    break
+        except StoreError as exc:
+            log.warning("could not purge the history of %r: %s", instance_id, exc)

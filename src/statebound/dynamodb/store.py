@@ -29,6 +29,7 @@ Costs per operation (one "call" is one HTTP request; botocore's own retries asid
 ``pending_timers``          1 ``Query`` of the instance partition (paginated)
 ``dead_timers``             1 ``Query`` of ``dead-index``
 ``due_timers``,             operator reads and batch jobs: see ``_operator.py``
+``history``,
 ``list_positions``,
 ``purge_done``
 ==========================  ==========================================================
@@ -234,6 +235,7 @@ class DynamoStore:
     purge_done = _operator.purge_done
     due_timers = _operator.due_timers
     list_positions = _operator.list_positions
+    history = _operator.history
 
     # ------------------------------------------------------------------ table
     @staticmethod
@@ -405,7 +407,7 @@ class DynamoStore:
                 purged.update(self._timer_states(w.instance_id))
         deferred: list[TimerKey] = []
         if (len(commit.writes) == 1 and not commit.timers_put and not commit.timers_delete
-                and commit.complete is None and not purged):
+                and commit.complete is None and not purged and not commit.history):
             self._commit_single(commit.writes[0], token)
         elif not commit.writes and not commit.timers_put and not commit.timers_delete:
             assert commit.complete is not None  # the commit is not empty
@@ -594,6 +596,11 @@ class DynamoStore:
                 deferrable = key not in deletes and purged.get(key) == DONE
                 planned.append((action, ActionInfo("delete", key[0], key[1]), 100, deferrable))
 
+        for h in commit.history:   # one more Put per record, in the same transaction
+            item = _operator.history_item(self, h)
+            planned.append(({"Put": {"TableName": table, "Item": item}}, ActionInfo("other", h.instance_id),
+                            codec.item_size(item), False))
+
         deferred: list[TimerKey] = []
         if len(planned) > MAX_TRANSACTION_ACTIONS:
             keep: list[tuple[dict[str, Any], ActionInfo, int, bool]] = []
@@ -636,6 +643,9 @@ class DynamoStore:
                 self._lower_cursor(self.shard_of(row.key), row.ready_at_ms // self.bucket_ms)
         if deferred:
             self._delete_quietly(deferred)
+        for w in commit.writes:
+            if w.blob is None:
+                _operator.purge_history(self, w.instance_id)
 
     def _delete_quietly(self, keys: list[TimerKey]) -> None:
         """Best-effort removal of inert done rows after a committed delete.

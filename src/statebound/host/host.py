@@ -42,6 +42,7 @@ from ..interpreter.state import RUNNING
 from ..position import read_header
 from .clock import Clock, SystemClock
 from . import migration
+from . import history as history_mod
 from .idempotency import check_key, event_fingerprint, find_key, remember_key, start_fingerprint
 from .memory import MemoryStore
 from .migration import MigrationResult
@@ -96,6 +97,11 @@ class Host:
         the commit (the default); ``False`` leaves every row to the sweeper.
     :param idempotency_retention: how many inbound idempotency keys each instance keeps (the
         most recent); a repeat of an older key is applied again.
+    :param history: record an execution history (``host/history.py``): ``True`` keeps the
+        last 1,000 records of each instance, a number keeps that many; ``False`` (the default)
+        records nothing. Read it with ``store.history(id)``, check it with :meth:`replay`.
+    :param history_ttl_s: also let each record expire this many seconds after it is written
+        (DynamoDB's TTL deletes it; the only bound DynamoDB applies). Turns history on.
     """
 
     def __init__(self, charts: Iterable[Chart] = (), store: Store | None = None, clock: Clock | None = None, *,
@@ -106,7 +112,8 @@ class Host:
                  http_base: str | None = "http://statebound.invalid",
                  processors: Mapping[str, SendProcessor | Any] | None = None,
                  invokers: Mapping[str, InvokeHandler] | None = None, outbox_lease_ms: int = 30_000,
-                 deliver_after_commit: bool = True, idempotency_retention: int = 100) -> None:
+                 deliver_after_commit: bool = True, idempotency_retention: int = 100,
+                 history: bool | int = False, history_ttl_s: int | None = None) -> None:
         self.store: Store = store if store is not None else MemoryStore()
         self.clock: Clock = clock if clock is not None else SystemClock()
         self.max_rounds = max_rounds
@@ -130,6 +137,8 @@ class Host:
         self.deliver_after_commit = deliver_after_commit
         self.idempotency_retention = idempotency_retention
         self._invoker_types = frozenset(self.invokers) or None
+        #: the history this host records, or ``None`` (see ``history=``)
+        self.history = history_mod.policy(history, history_ttl_s)
         self._outbox = Outbox(self)
         self._charts: dict[str, Chart] = {}
         self._revisions: dict[str, dict[str, Chart]] = {}
@@ -225,6 +234,7 @@ class Host:
         fingerprint = b"" if key is None else start_fingerprint(target.name, dict(data) if data else None)
 
         def unit(u: _Unit) -> Position:
+            u.call = {"op": "start", "instance": instance_id, "idempotency_key": key, "caller_context": caller_context}
             e = self._load(u, instance_id)
             if e is not None:
                 if key is not None and self._seen(e, instance_id, key, fingerprint, "chart or start data"):
@@ -263,6 +273,7 @@ class Host:
         fingerprint = b"" if key is None else event_fingerprint(ev)
 
         def unit(u: _Unit) -> Position:
+            u.call = {"op": "send", "instance": instance_id, "idempotency_key": key, "caller_context": caller_context}
             e = self._load(u, instance_id)
             if e is None:
                 raise InstanceNotFound(instance_id)
@@ -373,6 +384,13 @@ class Host:
             self.register(chart)
         return migration.migrate(self, instance_id, chart, mapping=mapping, dry_run=dry_run)
 
+    def replay(self, instance_id: str) -> history_mod.ReplayReport:
+        """Re-drive the instance's recorded history from its start and check that it reaches
+        the stored position byte for byte (``history=`` must have kept every record, and every
+        chart revision they name must be registered here). Writes nothing.
+        See :func:`statebound.host.history.replay`."""
+        return history_mod.replay(self, instance_id)
+
     def suspend(self, instance_id: str) -> None:
         """Suspend a running instance: it takes no events (``send`` raises
         :class:`~statebound.InstanceSuspended`) and its pending timer rows are parked, out of
@@ -383,6 +401,7 @@ class Host:
         :raises NotRunning: it has halted.
         """
         def unit(u: _Unit) -> None:
+            u.call = {"op": "suspend", "instance": instance_id}
             e = self._load(u, instance_id)
             if e is None:
                 raise InstanceNotFound(instance_id)
@@ -405,6 +424,7 @@ class Host:
         :raises InstanceNotFound: no such instance.
         """
         def unit(u: _Unit) -> None:
+            u.call = {"op": "resume", "instance": instance_id}
             e = self._load(u, instance_id)
             if e is None:
                 raise InstanceNotFound(instance_id)
@@ -465,6 +485,8 @@ class Host:
 
         def unit(u: _Unit) -> tuple[str, str | None]:
             u.protected = row.key
+            u.call = {"op": "fire", "instance": row.target_id, "timer": [row.instance_id, row.ordinal],
+                      "caller_context": row.caller_context}
             sched = self._load(u, row.instance_id)
             target = sched if row.target_id == row.instance_id else self._load(u, row.target_id)
             outcome, reason = "fired", None
@@ -570,7 +592,10 @@ class Host:
         deleted = {iid for iid, e in u.entries.items() if e.deleted}
         puts = tuple(r for r in u.puts.values() if r.instance_id not in deleted)
         dels = tuple(k for k in dict.fromkeys(u.deletes) if k[0] not in deleted and k != u.protected)
-        return Commit(tuple(writes), puts, dels, completion)
+        if self.history is None:
+            return Commit(tuple(writes), puts, dels, completion)
+        return Commit(tuple(writes), puts, dels, completion,
+                      history_mod.records(self.history, u, writes, self.clock.now_ms()), self.history.keep)
 
     def _load(self, u: _Unit, instance_id: str) -> _Entry | None:
         e = u.entries.get(instance_id)
@@ -582,6 +607,8 @@ class Host:
         pos = Position.from_bytes(rec.blob, self._chart_for_blob(rec.chart, rec.blob))
         e = _Entry(rec, self._stamp(u, pos), rec.chart, list(rec.timers), rec.parent, keys=list(rec.idempotency),
                    suspended=rec.status == SUSPENDED)
+        if self.history is not None:
+            e.steps = []
         u.entries[instance_id] = e
         return e
 
@@ -617,6 +644,9 @@ class Host:
         if existing is None and parent is not None:
             record = self.store.load(instance_id)  # a leftover child is replaced, not duplicated
         e = _Entry(record, None, chart.name, [], parent)
+        if self.history is not None:
+            e.steps, e.started = [], {"data": dict(data) if data is not None else None, "parent": parent,
+                                      "invokeid": invokeid}
         u.entries[instance_id] = e
         seed = self._stamp(u, Position(interp.chart, instance_id, RUNNING, ()))
         pos, effects = interp.start(instance_id, data, parent=parent, invokeid=invokeid, routes=seed.routes,
@@ -639,6 +669,8 @@ class Host:
                 self._keep_as_row(u, iid, e, ev, ctx, "sb.suspended", SUSPENDED)
                 continue
             u.deliveries += 1
+            if e.steps is not None:
+                e.steps.append({"event": ev.to_dict()} if ctx is None else {"event": ev.to_dict(), "context": ctx})
             interp = self._interpreters[e.position.chart.identity]
             pos, effects = interp.drive(e.position, ev, caller_context=ctx)
             self.metrics["drives"] += 1
@@ -669,12 +701,18 @@ class Host:
         assert e.position is not None
         e.position = _bump_ordinal(e.position)
         e.dirty = True
+        if e.steps is not None:
+            e.steps.append({"ordinal": 1})
         return e.position.ordinal
 
     def _apply(self, u: _Unit, iid: str, effects: tuple[Any, ...], ctx: Any) -> None:
         e = u.entries[iid]
         pos = e.position
         assert pos is not None
+        if e.steps is not None:
+            if e.effects is None:
+                e.effects = {}
+            history_mod.summarize(e.effects, effects)
         processors = self.processors
         for eff in effects:
             t = type(eff)

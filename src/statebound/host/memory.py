@@ -12,8 +12,8 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from ..exceptions import ConflictError
-from .store import (CLAIMED, DEAD, DONE, PENDING, Commit, PositionRecord, TimerCompletion, TimerKey, TimerRow,
-                    check_instance_id, commit_instance_ids)
+from .store import (CLAIMED, DEAD, DONE, PENDING, Commit, HistoryRecord, PositionRecord, TimerCompletion,
+                    TimerKey, TimerRow, check_instance_id, commit_instance_ids)
 
 __all__ = ["MemoryStore"]
 
@@ -28,6 +28,7 @@ class MemoryStore:
         self._lock = threading.RLock()
         self._positions: dict[str, PositionRecord] = {}
         self._timers: dict[TimerKey, TimerRow] = {}
+        self._history: dict[str, dict[int, HistoryRecord]] = {}
         self._keep_done = keep_done
         #: how many commits were applied (handy in tests)
         self.commits = 0
@@ -63,6 +64,7 @@ class MemoryStore:
             for w in commit.writes:
                 if w.blob is None:
                     self._positions.pop(w.instance_id, None)
+                    self._history.pop(w.instance_id, None)
                     for k in [k for k in self._timers if k[0] == w.instance_id]:
                         del self._timers[k]
                     continue
@@ -76,7 +78,23 @@ class MemoryStore:
                 self._timers[row.key] = row
             if commit.complete is not None:
                 self._complete(commit.complete)
+            for h in commit.history:
+                self._append_history(h, commit.history_keep)
             self.commits += 1
+
+    def _append_history(self, h: HistoryRecord, keep: int | None) -> None:
+        records = self._history.setdefault(h.instance_id, {})
+        records[h.version] = h
+        for v in [v for v, r in records.items()
+                  if (keep is not None and v <= h.version - keep)
+                  or (r.expires_at_ms is not None and r.expires_at_ms < h.at_ms)]:
+            del records[v]
+
+    def history(self, instance_id: str, *, after_version: int = 0, limit: int = 1_000) -> Sequence[HistoryRecord]:
+        """The instance's history records after ``after_version``, oldest first."""
+        with self._lock:
+            records = self._history.get(instance_id, {})
+            return [records[v] for v in sorted(records) if v > after_version][:max(limit, 0)]
 
     def _complete(self, c: TimerCompletion) -> None:
         row = self._timers.get(c.key)

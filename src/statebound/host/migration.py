@@ -24,7 +24,7 @@ from ..chart.model import Chart
 from ..exceptions import ConflictError, PositionError, StateboundError
 from ..interpreter import Position
 from ..position import ChartDiff, diff, import_, read_header
-from .store import Commit, PositionRecord, PositionWrite
+from .store import Commit, HistoryRecord, PositionRecord, PositionWrite
 
 if TYPE_CHECKING:
     from .host import Host
@@ -111,8 +111,17 @@ def migrate(host: Host, instance_id: str, chart: Chart, *, mapping: Mapping[str,
         if dry_run:
             return MigrationResult(instance_id, WOULD_MOVE, d.kind, identity)
         write = PositionWrite(instance_id, chart.name, rec.version, blob, rec.status, **_carried(rec))
+        history: tuple[HistoryRecord, ...] = ()
+        if host.history is not None:   # replay needs the move: it re-does it with the same mapping
+            now = host.clock.now_ms()
+            history = (HistoryRecord(
+                instance_id, rec.version + 1, now, "migrate", (), tuple(sorted(moved.configuration)), rec.status,
+                {}, chart.name, chart.identity, {"op": "migrate", "instance": instance_id}, None,
+                {"from": identity, "mapping": renames},
+                None if host.history.ttl_s is None else now + host.history.ttl_s * 1000),)
         try:
-            host.store.commit(Commit(writes=(write,)))
+            host.store.commit(Commit(writes=(write,), history=history,
+                                     history_keep=None if host.history is None else host.history.keep))
         except ConflictError:
             host.metrics["conflicts"] += 1
             continue        # an event committed first: move the newer position

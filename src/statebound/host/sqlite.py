@@ -10,6 +10,9 @@ Schema (version :data:`SCHEMA_VERSION`, recorded in the ``meta`` table):
   integer ``version`` for optimistic concurrency, ``chart``, ``status``, ``parent``,
   ``timers`` (the pending timer refs, msgpack-encoded) and ``idempotency`` (the retained
   inbound idempotency keys, msgpack-encoded; ``NULL`` for none).
+* ``history``: the execution history (schema 3), one msgpack ``record`` per instance
+  written by a host with history on, primary key ``(instance_id, version)``; bounded per
+  instance by the commit's ``history_keep`` and by ``expires_at_ms``.
 * ``timers``: one row per durable timer or outbox entry (``kind``), primary key
   ``(instance_id, ordinal)``. The event, dedup fields and caller context are
   msgpack-encoded. ``ready_at_ms`` is
@@ -40,14 +43,14 @@ from typing import Any
 
 
 from ..exceptions import ConflictError, StoreError, StoreUnavailable
-from .store import (CLAIMED, DEAD, DONE, PENDING, TIMER, Commit, KeyRecord, PositionRecord,
+from .store import (CLAIMED, DEAD, DONE, PENDING, TIMER, Commit, HistoryRecord, KeyRecord, PositionRecord,
                     PositionWrite, TimerKey, TimerRef, TimerRow, check_instance_id, commit_instance_ids,
-                    pack_field, unpack_field)
+                    pack_field, pack_history, unpack_field, unpack_history)
 
 __all__ = ["SQLiteStore", "SCHEMA_VERSION"]
 
 #: The schema this code writes. A database recording a newer one is refused.
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 _MIN_SQLITE = (3, 24, 0)
 
@@ -107,6 +110,18 @@ _MIGRATIONS: dict[int, tuple[str, ...]] = {
     2: (
         f"ALTER TABLE timers ADD COLUMN kind TEXT NOT NULL DEFAULT '{TIMER}'",
         "ALTER TABLE positions ADD COLUMN idempotency BLOB",
+    ),
+    # Execution history (Host(history=...)): one record per instance written, keyed by the
+    # version that commit wrote, so a record exists exactly when its commit does.
+    3: (
+        """CREATE TABLE IF NOT EXISTS history (
+               instance_id   TEXT    NOT NULL,
+               version       INTEGER NOT NULL,
+               at_ms         INTEGER NOT NULL,
+               expires_at_ms INTEGER,
+               record        BLOB    NOT NULL,
+               PRIMARY KEY (instance_id, version)
+           )""",
     ),
 }
 
@@ -507,8 +522,29 @@ class SQLiteStore:
         writes = [(w, None if w.blob is None else (_pack_refs(w.timers), _pack_keys(w.idempotency)))
                   for w in commit.writes]
         puts = [_timer_params(row) for row in commit.timers_put]
+        history = [(h, pack_history(h)) for h in commit.history]
         with self._write():
             self._apply(commit, writes, puts)
+            for h, raw in history:
+                self._append_history(h, raw, commit.history_keep)
+
+    def _append_history(self, h: HistoryRecord, raw: bytes, keep: int | None) -> None:
+        self._execute("INSERT OR REPLACE INTO history (instance_id, version, at_ms, expires_at_ms, record) "
+                      "VALUES (?, ?, ?, ?, ?)", (h.instance_id, h.version, h.at_ms, h.expires_at_ms, raw))
+        if keep is not None:
+            self._execute("DELETE FROM history WHERE instance_id = ? AND version <= ?",
+                          (h.instance_id, h.version - keep))
+        self._execute("DELETE FROM history WHERE instance_id = ? AND expires_at_ms < ?", (h.instance_id, h.at_ms))
+
+    def history(self, instance_id: str, *, after_version: int = 0, limit: int = 1_000) -> Sequence[HistoryRecord]:
+        """The instance's history records after ``after_version``, oldest first (the primary key's order)."""
+        check_instance_id(instance_id)
+        if limit <= 0:
+            return []
+        with self._read():
+            rows = self._execute("SELECT record FROM history WHERE instance_id = ? AND version > ? "
+                                 "ORDER BY version LIMIT ?", (instance_id, after_version, limit)).fetchall()
+        return [unpack_history(bytes(r[0])) for r in rows]
 
     def _apply(self, commit: Commit, writes: list[tuple[PositionWrite, tuple[bytes, bytes | None] | None]],
                puts: list[tuple[Any, ...]]) -> None:
@@ -523,6 +559,7 @@ class SQLiteStore:
             self._check_completion(c.key, c.node_id)
         for instance_id in purged:
             self._execute("DELETE FROM timers WHERE instance_id = ?", (instance_id,))
+            self._execute("DELETE FROM history WHERE instance_id = ?", (instance_id,))
         for key in commit.timers_delete:
             self._execute("DELETE FROM timers WHERE instance_id = ? AND ordinal = ?", key)
         for params in puts:

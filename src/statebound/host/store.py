@@ -43,7 +43,8 @@ import msgpack
 from ..exceptions import InvalidInstanceId, SerializationError, StoreError
 
 __all__ = [
-    "TimerRef", "KeyRecord", "PositionRecord", "TimerRow", "TimerKey", "PositionWrite",
+    "TimerRef", "KeyRecord", "PositionRecord", "TimerRow", "TimerKey", "PositionWrite", "HistoryRecord",
+    "pack_history", "unpack_history",
     "TimerCompletion", "Commit", "Store", "pack_field", "unpack_field", "check_instance_id",
     "commit_instance_ids",
     "PENDING", "CLAIMED", "WAITING", "DEAD", "DONE", "SUSPENDED", "TIMER", "SEND", "INVOKE", "CANCEL", "ROW_KINDS",
@@ -267,6 +268,76 @@ class TimerCompletion:
 
 
 @dataclass(frozen=True, slots=True)
+class HistoryRecord:
+    """One entry of an instance's execution history (``Host(history=...)``), appended in the
+    commit of the unit of work it describes, so an uncommitted event never has one.
+
+    :ivar instance_id: the instance.
+    :ivar version: the position version this commit wrote: the record's key, oldest first.
+    :ivar at_ms: when (the host's clock).
+    :ivar kind: ``start``, ``event`` (events were delivered), ``write`` (the position was
+        written without an event: a timer discarded, a row kept for later), ``suspend``,
+        ``resume`` or ``migrate``.
+    :ivar steps: what the host did to the position, in order: ``{"event": Event.to_dict()}``
+        for each event delivered, ``{"ordinal": 1}`` for each ordinal the host took itself
+        (a row it wrote). With ``start`` (and ``migrate``), enough to re-drive it exactly.
+    :ivar configuration: the active state ids after the commit.
+    :ivar status: the position's status after the commit.
+    :ivar effects: a summary of the effects: timers armed and cancelled, sends, invokes.
+    :ivar chart: the chart name; ``revision`` its identity.
+    :ivar call: the host call this came from: ``op`` (``start``, ``send``, ``fire``...), the
+        ``instance`` it named, and its ``idempotency_key`` or fired ``timer`` when it had one.
+    :ivar caller_context: the caller context of the call (or of the first event delivered).
+    :ivar start: for ``start``: the data, parent and invokeid; for ``migrate``: the revision
+        it came from and the state id mapping.
+    :ivar expires_at_ms: when a TTL-keeping backend (DynamoDB) may drop it, if a TTL is set.
+    """
+
+    instance_id: str
+    version: int
+    at_ms: int
+    kind: str
+    steps: tuple[dict[str, Any], ...] = ()
+    configuration: tuple[str, ...] = ()
+    status: str = "running"
+    effects: dict[str, Any] = field(default_factory=dict)
+    chart: str = ""
+    revision: str = ""
+    call: dict[str, Any] = field(default_factory=dict)
+    caller_context: Any = None
+    start: dict[str, Any] | None = None
+    expires_at_ms: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The record as plain data (for ``--json`` and for the backends' encoding)."""
+        return {"instance_id": self.instance_id, "version": self.version, "at_ms": self.at_ms, "kind": self.kind,
+                "steps": list(self.steps), "configuration": list(self.configuration), "status": self.status,
+                "effects": self.effects, "chart": self.chart, "revision": self.revision, "call": self.call,
+                "caller_context": self.caller_context, "start": self.start, "expires_at_ms": self.expires_at_ms}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> HistoryRecord:
+        """Rebuild a record from :meth:`to_dict` output."""
+        try:
+            return cls(d["instance_id"], int(d["version"]), int(d["at_ms"]), d["kind"], tuple(d.get("steps") or ()),
+                       tuple(d.get("configuration") or ()), d.get("status", "running"), dict(d.get("effects") or {}),
+                       d.get("chart", ""), d.get("revision", ""), dict(d.get("call") or {}), d.get("caller_context"),
+                       d.get("start"), d.get("expires_at_ms"))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise StoreError(f"malformed history record: {exc!r}") from exc
+
+
+def pack_history(record: HistoryRecord) -> bytes:
+    """A history record as bytes (msgpack), for a backend to store."""
+    return pack_field(record.to_dict(), f"history record {record.instance_id!r} v{record.version}")
+
+
+def unpack_history(raw: bytes) -> HistoryRecord:
+    """The inverse of :func:`pack_history`."""
+    return HistoryRecord.from_dict(unpack_field(raw, "history record"))
+
+
+@dataclass(frozen=True, slots=True)
 class Commit:
     """Everything one host call writes, applied atomically by :meth:`Store.commit`.
 
@@ -278,6 +349,13 @@ class Commit:
     timers_put: tuple[TimerRow, ...] = ()
     timers_delete: tuple[TimerKey, ...] = ()
     complete: TimerCompletion | None = None
+    #: history records to append (each describes one of ``writes``); an instance deleted
+    #: by ``writes`` loses its whole history
+    history: tuple[HistoryRecord, ...] = ()
+    #: keep at most this many history records per instance written (older ones are
+    #: deleted in the same commit); ``None`` keeps them all. DynamoDB bounds history by
+    #: ``expires_at_ms`` (TTL) instead.
+    history_keep: int | None = None
 
     @property
     def empty(self) -> bool:
@@ -334,6 +412,11 @@ class Store(Protocol):
 
     def retry_timer(self, key: TimerKey, now_ms: int) -> bool:
         """Revive a dead row: pending, attempts reset, due now. Returns whether a row was revived."""
+        ...
+
+    def history(self, instance_id: str, *, after_version: int = 0, limit: int = 1_000) -> Sequence[HistoryRecord]:
+        """The instance's history records with ``version > after_version``, oldest first, at
+        most ``limit`` (pass the last version returned to page on)."""
         ...
 
     def list_positions(self, chart: str | None = None, *, after: str | None = None,

@@ -45,6 +45,11 @@ class Entry:
     deleted: bool = False
     keys: list[KeyRecord] = field(default_factory=list)
     suspended: bool = False     # Host.suspend: takes no events; its rows are parked
+    #: with history on: what the host did to the position, in order (see host/history.py)
+    steps: list[dict[str, Any]] | None = None
+    #: with history on: the effects summary, and for a start its data, parent and invokeid
+    effects: dict[str, Any] | None = None
+    started: dict[str, Any] | None = None
 
 
 @dataclass
@@ -62,6 +67,8 @@ class Unit:
     #: (instance, invokeid) of handler invocations answered in this unit: their exit
     #: cancels nothing
     answered: set[tuple[str, str]] = field(default_factory=set)
+    #: the host call this unit runs, for its history records: op, instance, key or timer
+    call: dict[str, Any] = field(default_factory=dict)
 
 
 class AlreadyDone(Exception):
