@@ -102,6 +102,10 @@ class Host:
         records nothing. Read it with ``store.history(id)``, check it with :meth:`replay`.
     :param history_ttl_s: also let each record expire this many seconds after it is written
         (DynamoDB's TTL deletes it; the only bound DynamoDB applies). Turns history on.
+    :param tracer: an OpenTelemetry ``Tracer`` (or ``True`` for the global one): every host
+        call becomes a span, and its traceparent rides in ``caller_context`` to the rows it
+        arms, whose fire links back to it (``host/tracing.py``, the ``otel`` extra). ``None``
+        (the default) never imports OpenTelemetry.
     """
 
     def __init__(self, charts: Iterable[Chart] = (), store: Store | None = None, clock: Clock | None = None, *,
@@ -113,7 +117,7 @@ class Host:
                  processors: Mapping[str, SendProcessor | Any] | None = None,
                  invokers: Mapping[str, InvokeHandler] | None = None, outbox_lease_ms: int = 30_000,
                  deliver_after_commit: bool = True, idempotency_retention: int = 100,
-                 history: bool | int = False, history_ttl_s: int | None = None) -> None:
+                 history: bool | int = False, history_ttl_s: int | None = None, tracer: Any = None) -> None:
         self.store: Store = store if store is not None else MemoryStore()
         self.clock: Clock = clock if clock is not None else SystemClock()
         self.max_rounds = max_rounds
@@ -139,6 +143,10 @@ class Host:
         self._invoker_types = frozenset(self.invokers) or None
         #: the history this host records, or ``None`` (see ``history=``)
         self.history = history_mod.policy(history, history_ttl_s)
+        self._tracing: Any = None
+        if tracer is not None and tracer is not False:
+            from .tracing import Tracing   # only now: a host without a tracer never imports opentelemetry
+            self._tracing = Tracing(tracer)
         self._outbox = Outbox(self)
         self._charts: dict[str, Chart] = {}
         self._revisions: dict[str, dict[str, Chart]] = {}
@@ -223,6 +231,9 @@ class Host:
         :raises IdempotencyKeyReused: the key started it with another chart or data.
         :raises UnknownChart: if the chart name is not registered.
         """
+        if self._tracing is not None and not self._tracing.inside():
+            return self._tracing.call("start", instance_id, None, lambda ctx: self.start(
+                chart, instance_id, data, caller_context=ctx, idempotency_key=idempotency_key), caller_context)
         if isinstance(chart, Chart):
             if self._revisions.get(chart.name, {}).get(chart.identity) is None:
                 self.register(chart)
@@ -261,6 +272,10 @@ class Host:
         :raises NotRunning: the instance has halted (nothing written).
         :raises IdempotencyKeyReused: the key was applied with another event or data.
         """
+        if self._tracing is not None and not self._tracing.inside():
+            return self._tracing.call("send", instance_id, event.name if isinstance(event, Event) else event,
+                                      lambda ctx: self.send(instance_id, event, data, caller_context=ctx,
+                                                            idempotency_key=idempotency_key), caller_context)
         ev = event if isinstance(event, Event) else Event(event, data)
         if isinstance(event, Event) and data is not None:
             raise TypeError("pass data inside the Event, or pass an event name with data=")
@@ -361,6 +376,9 @@ class Host:
 
         :raises InstanceNotFound: no such instance.
         """
+        if self._tracing is not None and not self._tracing.inside():
+            return self._tracing.call("delete", instance_id, None, lambda _: self.delete(instance_id))
+
         def unit(u: _Unit) -> None:
             if self._load(u, instance_id) is None:
                 raise InstanceNotFound(instance_id)
@@ -400,6 +418,9 @@ class Host:
         :raises InstanceNotFound: no such instance.
         :raises NotRunning: it has halted.
         """
+        if self._tracing is not None and not self._tracing.inside():
+            return self._tracing.call("suspend", instance_id, None, lambda _: self.suspend(instance_id))
+
         def unit(u: _Unit) -> None:
             u.call = {"op": "suspend", "instance": instance_id}
             e = self._load(u, instance_id)
@@ -423,6 +444,9 @@ class Host:
 
         :raises InstanceNotFound: no such instance.
         """
+        if self._tracing is not None and not self._tracing.inside():
+            return self._tracing.call("resume", instance_id, None, lambda _: self.resume(instance_id))
+
         def unit(u: _Unit) -> None:
             u.call = {"op": "resume", "instance": instance_id}
             e = self._load(u, instance_id)
@@ -478,6 +502,8 @@ class Host:
         An outbox row is handed to its processor or handler (see ``outbox.py``); one whose
         type this host was not given is ``skipped`` and its claim left to lapse.
         """
+        if self._tracing is not None and not self._tracing.inside():
+            return self._tracing.fire(row, lambda r: self.fire(r, node_id=node_id))
         node = node_id or self.node_id
         lag = max(0, self.clock.now_ms() - row.ready_at_ms)
         if row.kind != TIMER:
@@ -589,6 +615,10 @@ class Host:
             writes.append(PositionWrite(iid, e.chart_name, None if e.record is None else e.record.version, blob,
                                         SUSPENDED if e.suspended else e.position.status, tuple(e.refs), e.parent,
                                         tuple(e.keys)))
+        if self._tracing is not None:
+            called = u.entries.get(u.call.get("instance", ""))
+            if called is not None and called.position is not None:
+                self._tracing.note(called.chart_name, called.position.chart.identity)
         deleted = {iid for iid, e in u.entries.items() if e.deleted}
         puts = tuple(r for r in u.puts.values() if r.instance_id not in deleted)
         dels = tuple(k for k in dict.fromkeys(u.deletes) if k[0] not in deleted and k != u.protected)

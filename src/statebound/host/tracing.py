@@ -1,0 +1,131 @@
+"""OpenTelemetry spans for host calls (the ``otel`` extra): ``Host(tracer=...)``.
+
+Imported only by a host given a tracer, so a host without one never imports OpenTelemetry.
+
+* Every host call is a span: ``statebound.start``, ``statebound.send``, ``statebound.fire``
+  (a timer), ``statebound.deliver`` (an outbox row), ``statebound.suspend``,
+  ``statebound.resume`` and ``statebound.delete``, a child of whatever span is current.
+  Attributes: ``statebound.instance``, ``statebound.chart``, ``statebound.revision`` (the
+  chart identity), ``statebound.event`` and ``statebound.outcome`` (``ok``, a fire's
+  outcome, or the error's class name, with the exception recorded and the status ERROR).
+* The span's W3C ``traceparent`` travels in the call's ``caller_context``: ``None`` becomes
+  ``{"traceparent": ...}`` and a dict gains the key (any other value is left as it is, and
+  carries no trace). The interpreter copies the caller context into every effect, so timer
+  and outbox rows armed by the call carry it, and a processor sees it in its ``Delivery``.
+* Firing a row days later starts a span **linked** to the span that armed it (a link, not
+  a parent: it is another trace, usually), whose own traceparent then travels on.
+"""
+
+from __future__ import annotations
+
+import contextvars
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import replace
+from typing import Any
+
+from opentelemetry import trace
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+from .store import TIMER, TimerRow
+
+__all__ = ["Tracing", "TRACEPARENT"]
+
+TRACEPARENT = "traceparent"
+_PROPAGATOR = TraceContextTextMapPropagator()
+#: set while a traced call runs its untraced body, so the body is not traced twice
+_INSIDE: contextvars.ContextVar[bool] = contextvars.ContextVar("statebound_traced", default=False)
+
+
+class Tracing:
+    """Wraps host calls in spans (see the module docstring).
+
+    :param tracer: an OpenTelemetry ``Tracer``, or ``True`` for
+        ``opentelemetry.trace.get_tracer("statebound")``.
+    """
+
+    def __init__(self, tracer: Any) -> None:
+        self.tracer = trace.get_tracer("statebound") if tracer is True else tracer
+
+    # ------------------------------------------------------------------ context
+    @staticmethod
+    def carry(ctx: Any) -> Any:
+        """``ctx`` with the current span's traceparent in it (see the module docstring)."""
+        carrier: dict[str, str] = {}
+        _PROPAGATOR.inject(carrier)
+        parent = carrier.get(TRACEPARENT)
+        if parent is None:
+            return ctx
+        if ctx is None:
+            return {TRACEPARENT: parent}
+        if isinstance(ctx, dict):
+            return {**ctx, TRACEPARENT: parent}
+        return ctx
+
+    @staticmethod
+    def armed_by(ctx: Any) -> trace.SpanContext | None:
+        """The span context a row's caller context names, if it names a valid one."""
+        if not isinstance(ctx, dict) or not isinstance(ctx.get(TRACEPARENT), str):
+            return None
+        sc = trace.get_current_span(_PROPAGATOR.extract({TRACEPARENT: ctx[TRACEPARENT]})).get_span_context()
+        return sc if sc.is_valid else None
+
+    @staticmethod
+    def inside() -> bool:
+        """Whether the running call is the body of a traced call (consumes the mark)."""
+        if _INSIDE.get():
+            _INSIDE.set(False)
+            return True
+        return False
+
+    @staticmethod
+    def note(chart: str | None, revision: str | None) -> None:
+        """Put the chart and revision a call ran on on the current span."""
+        span = trace.get_current_span()
+        if span.is_recording():
+            if chart:
+                span.set_attribute("statebound.chart", chart)
+            if revision:
+                span.set_attribute("statebound.revision", revision)
+
+    # ------------------------------------------------------------------ spans
+    @contextmanager
+    def _span(self, op: str, instance_id: str, event: str | None,
+              links: list[trace.Link] | None = None) -> Iterator[trace.Span]:
+        attributes = {"statebound.instance": instance_id}
+        if event is not None:
+            attributes["statebound.event"] = event
+        with self.tracer.start_as_current_span(f"statebound.{op}", kind=trace.SpanKind.INTERNAL,
+                                               attributes=attributes, links=links or None) as span:
+            try:
+                yield span
+            except BaseException as exc:
+                span.set_attribute("statebound.outcome", type(exc).__name__)
+                raise
+
+    def call(self, op: str, instance_id: str, event: str | None, body: Callable[[Any], Any],
+             caller_context: Any = None) -> Any:
+        """Run ``body(caller_context)`` (the host call, untraced) inside its span; the caller
+        context it gets carries the span's traceparent."""
+        with self._span(op, instance_id, event) as span:
+            token = _INSIDE.set(True)
+            try:
+                result = body(self.carry(caller_context))
+            finally:
+                _INSIDE.reset(token)
+            span.set_attribute("statebound.outcome", "ok")
+            return result
+
+    def fire(self, row: TimerRow, body: Callable[[TimerRow], Any]) -> Any:
+        """Fire ``row`` through ``body`` inside a span linked to the span that armed it."""
+        armed = self.armed_by(row.caller_context)
+        op = "fire" if row.kind == TIMER else "deliver"
+        event = row.event.get("name") if isinstance(row.event, dict) else None
+        with self._span(op, row.target_id, event, [trace.Link(armed)] if armed else None) as span:
+            token = _INSIDE.set(True)
+            try:
+                result = body(replace(row, caller_context=self.carry(row.caller_context)))
+            finally:
+                _INSIDE.reset(token)
+            span.set_attribute("statebound.outcome", str(getattr(result, "outcome", "ok")))
+            return result
