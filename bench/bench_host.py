@@ -1,7 +1,8 @@
 """Bench sections for the host and the sweeper (registered into ``bench/run.py``).
 
 * ``host``: events/s of ``host.send`` (load, drive, one commit) on a SQLite file in a temp
-  dir and on the MemoryStore, against the pure ``Interpreter.drive`` on the same chart.
+  dir and on the MemoryStore, with and without execution history, against the pure
+  ``Interpreter.drive`` on the same chart.
 * ``sweeper``: fires/s of one ``Sweeper.run_until_idle`` over N rows that are all due
   (N = 2000, 1000 with ``--quick``), one row per instance, on SQLite.
 * ``lag``: a ``Sweeper.run_forever`` with ``interval_s=0.2`` on the SystemClock while rows
@@ -75,13 +76,15 @@ def bench_host(ctx: Any) -> list[dict]:
     rows.append({"path": "pure Interpreter.drive", "events/s": m_pure.median, "vs pure": 1.0,
                  "spread": m_pure.spread})
     with tempfile.TemporaryDirectory(prefix="sb-bench-") as tmp:
-        for label, make in (("SQLite host.send (file, synchronous=FULL)",
-                             lambda: sb.SQLiteStore(Path(tmp) / "host.db")),
-                            ("SQLite host.send, synchronous=NORMAL (diagnostic)",
-                             lambda: _sync(sb.SQLiteStore(Path(tmp) / "host-normal.db"), "NORMAL")),
-                            ("MemoryStore host.send", sb.MemoryStore)):
+        for label, make, history in (
+                ("SQLite host.send (file, synchronous=FULL)", lambda: sb.SQLiteStore(Path(tmp) / "host.db"), False),
+                ("SQLite host.send, history=True", lambda: sb.SQLiteStore(Path(tmp) / "host-history.db"), True),
+                ("SQLite host.send, synchronous=NORMAL (diagnostic)",
+                 lambda: _sync(sb.SQLiteStore(Path(tmp) / "host-normal.db"), "NORMAL"), False),
+                ("MemoryStore host.send", sb.MemoryStore, False),
+                ("MemoryStore host.send, history=True", sb.MemoryStore, True)):
             store = make()
-            host = sb.Host([counter], store=store, clock=sb.ManualClock(T0))
+            host = sb.Host([counter], store=store, clock=sb.ManualClock(T0), history=history)
             host.start("counter", "c")
 
             def send(n: int, host: sb.Host = host) -> None:
@@ -94,6 +97,8 @@ def bench_host(ctx: Any) -> list[dict]:
                 store.close()
     ctx.note("host.send = load the record, decode the blob, drive, encode, one commit "
              "(BEGIN IMMEDIATE ... COMMIT with an fsync on SQLite)")
+    ctx.note("history=True: one HistoryRecord per send in the same commit (SQLite: an INSERT and two "
+             "pruning DELETEs in the same transaction, still one fsync)")
     ctx.note("temp dir: " + tempfile.gettempdir() + " (a tmpfs or a real disk changes the SQLite row a lot)")
     return rows
 

@@ -85,10 +85,14 @@ class MemoryStore:
     def _append_history(self, h: HistoryRecord, keep: int | None) -> None:
         records = self._history.setdefault(h.instance_id, {})
         records[h.version] = h
-        for v in [v for v, r in records.items()
-                  if (keep is not None and v <= h.version - keep)
-                  or (r.expires_at_ms is not None and r.expires_at_ms < h.at_ms)]:
-            del records[v]
+        # records arrive oldest first, so whatever is past a bound is at the front
+        while records:
+            v, first = next(iter(records.items()))
+            if (keep is not None and v <= h.version - keep) or (
+                    first.expires_at_ms is not None and first.expires_at_ms < h.at_ms):
+                del records[v]
+            else:
+                break
 
     def history(self, instance_id: str, *, after_version: int = 0, limit: int = 1_000) -> Sequence[HistoryRecord]:
         """The instance's history records after ``after_version``, oldest first."""

@@ -531,10 +531,12 @@ class SQLiteStore:
     def _append_history(self, h: HistoryRecord, raw: bytes, keep: int | None) -> None:
         self._execute("INSERT OR REPLACE INTO history (instance_id, version, at_ms, expires_at_ms, record) "
                       "VALUES (?, ?, ?, ?, ?)", (h.instance_id, h.version, h.at_ms, h.expires_at_ms, raw))
-        if keep is not None:
+        if keep is not None and h.version > keep:
             self._execute("DELETE FROM history WHERE instance_id = ? AND version <= ?",
                           (h.instance_id, h.version - keep))
-        self._execute("DELETE FROM history WHERE instance_id = ? AND expires_at_ms < ?", (h.instance_id, h.at_ms))
+        if h.expires_at_ms is not None:   # a host with a TTL stamps every record it writes
+            self._execute("DELETE FROM history WHERE instance_id = ? AND expires_at_ms < ?",
+                          (h.instance_id, h.at_ms))
 
     def history(self, instance_id: str, *, after_version: int = 0, limit: int = 1_000) -> Sequence[HistoryRecord]:
         """The instance's history records after ``after_version``, oldest first (the primary key's order)."""
