@@ -674,7 +674,7 @@ class StoreContract:
             store.commit(Commit(writes=(update("a", 3, blob=b"stale"),), history=(rec("a", 4, kind="write"),)))
         assert store.history("a", after_version=3, limit=1)[0].kind == "event"
         # deleting the instance deletes its history; a new life starts a new one
-        store.commit(Commit(writes=(delete("a", 6),)))
+        store.commit(Commit(writes=(delete("a", 6),), history_in_use=True))
         assert store.history("a") == []
         create(store, "a")
         assert store.history("a") == []

@@ -23,8 +23,9 @@ history, on ``commit``      1 more ``Put`` per record in the commit's
                             ``PutItem`` becomes a 2-item transaction (transactions bill
                             2 write units per KB per item: an event with no timer changes
                             goes from about 1 WCU to about 4)
-history, on delete          1 ``Query`` of the ``H#`` items + 1 ``BatchWriteItem`` per 25,
-                            after the commit, best effort (TTL removes any left over)
+history, on delete          by a host with history on: 1 ``Query`` of the ``H#`` items +
+                            1 ``BatchWriteItem`` per 25, after the commit, best effort
+                            (TTL removes any left over, and what other hosts leave)
 ``purge_done``              a ``Scan`` of the table (the whole table over a full pass:
                             done rows are in no index), plus 1 conditional
                             ``DeleteItem`` per row deleted. Prefer ``done_ttl_s``, which
@@ -39,7 +40,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from ..exceptions import ConflictError, StoreError
+from ..exceptions import ConflictError
 from ..host.store import (CLAIMED, DONE, PENDING, HistoryRecord, PositionRecord, TimerRow, pack_history,
                           unpack_history)
 from . import _codec as codec
@@ -262,13 +263,4 @@ def purge_history(self: DynamoStore, instance_id: str) -> None:
         "query", KeyConditionExpression="#pk = :pk AND begins_with(#sk, :h)", ProjectionExpression="#sk",
         ExpressionAttributeNames={"#pk": "pk", "#sk": "sk"},
         ExpressionAttributeValues={":pk": S(instance_id), ":h": S(HISTORY_PREFIX)})]
-    for start in range(0, len(keys), 25):
-        requests = [{"DeleteRequest": {"Key": self._key(instance_id, sk)}} for sk in keys[start:start + 25]]
-        try:
-            for _ in range(self._retries):
-                response = self._call("batch_write_item", RequestItems={self.table_name: requests})
-                requests = response.get("UnprocessedItems", {}).get(self.table_name, [])
-                if not requests:
-                    break
-        except StoreError as exc:
-            log.warning("could not purge the history of %r: %s", instance_id, exc)
+    self._batch_delete_quietly([self._key(instance_id, sk) for sk in keys], f"history records of {instance_id!r}")

@@ -644,7 +644,7 @@ class DynamoStore:
         if deferred:
             self._delete_quietly(deferred)
         for w in commit.writes:
-            if w.blob is None:
+            if w.blob is None and commit.history_in_use:
                 _operator.purge_history(self, w.instance_id)
 
     def _delete_quietly(self, keys: list[TimerKey]) -> None:
@@ -654,8 +654,12 @@ class DynamoStore:
         that landed; a leftover done row is harmless (TTL or a later purge removes it,
         and a re-created instance may overwrite it).
         """
-        for start in range(0, len(keys), 25):  # BatchWriteItem takes 25 requests
-            requests = [{"DeleteRequest": {"Key": self._timer_key(k)}} for k in keys[start:start + 25]]
+        self._batch_delete_quietly([self._timer_key(k) for k in keys], "done timer rows")
+
+    def _batch_delete_quietly(self, item_keys: list[dict[str, Any]], what: str) -> None:
+        """Delete items by key with ``BatchWriteItem``, after a commit: failures are logged."""
+        for start in range(0, len(item_keys), 25):  # BatchWriteItem takes 25 requests
+            requests = [{"DeleteRequest": {"Key": k}} for k in item_keys[start:start + 25]]
             try:
                 for _ in range(self._retries):
                     response = self._call("batch_write_item", RequestItems={self.table_name: requests})
@@ -663,7 +667,7 @@ class DynamoStore:
                     if not requests:
                         break
             except StoreError as exc:
-                log.warning("could not purge %d done timer rows: %s", len(requests), exc)
+                log.warning("could not purge %d %s: %s", len(requests), what, exc)
 
     # ------------------------------------------------------------------ sweep cursors
     def _cursor_key(self, shard: int) -> dict[str, Any]:

@@ -625,7 +625,7 @@ class Host:
         if self.history is None:
             return Commit(tuple(writes), puts, dels, completion)
         return Commit(tuple(writes), puts, dels, completion,
-                      history_mod.records(self.history, u, writes, self.clock.now_ms()), self.history.keep)
+                      history_mod.records(self.history, u, writes, self.clock.now_ms()), self.history.keep, True)
 
     def _load(self, u: _Unit, instance_id: str) -> _Entry | None:
         e = u.entries.get(instance_id)
