@@ -11,12 +11,19 @@ DynamoDB requests: one GetItem and one write (TransactWriteItems, or a condition
 when no timer changes). Their body lists the armed named timeouts; the timer rows with
 due times are GET's (one GetItem plus one Query of the instance's partition).
 
+Both POSTs take an ``Idempotency-Key`` header (1 to 256 printable ASCII characters; the
+quoted form of the IETF draft, ``"k-1"``, is accepted too), passed to the host as
+``idempotency_key``. A repeat of a key on the same instance applies nothing, costs one
+GetItem, and answers as the first request did (201 or 200, the instance as it is now) with
+``idempotent-replayed: true``; the same key with another event, data or chart is a 422.
+
 JSON is strict both ways (``statebound.jsonio``): NaN and Infinity are refused in a
 body and never written. Errors map to 400 bad input, 404 unknown instance or chart, 409
-exists, conflict or an undeployed chart revision, 410 halted, 413 too large, 503 the
-table is unavailable, 500 anything else. A 5xx, or any error that came from AWS, answers
-a generic message and the request id; the details (which may name the role or table) go
-to the log under that id, never into the response.
+exists, conflict or an undeployed chart revision, 410 halted, 413 too large, 422 an
+Idempotency-Key reused for another request, 503 the table is unavailable, 500 anything
+else. A 5xx, or any error that came from AWS, answers a generic message and the request
+id; the details (which may name the role or table) go to the log under that id, never
+into the response.
 """
 
 from __future__ import annotations
@@ -37,7 +44,7 @@ from telemetry import logger, scope
 _STATUS = (
     (sb.InstanceNotFound, 404), (sb.UnknownChart, 404), (sb.InstanceExists, 409), (sb.ConflictError, 409),
     (sb.ChartIdentityMismatch, 409), (sb.NotRunning, 410), (sb.ItemTooLarge, 413), (sb.SerializationError, 400),
-    (sb.ChartError, 400), (sb.StoreUnavailable, 503),
+    (sb.ChartError, 400), (sb.StoreUnavailable, 503), (sb.IdempotencyKeyReused, 422),
 )
 #: What a client is told when the details must stay in the log.
 _GENERIC = {409: "the instance changed concurrently; retry", 413: "the instance would exceed the storage limit",
@@ -47,16 +54,21 @@ _GENERIC = {409: "the instance changed concurrently; retry", 413: "the instance 
 MAX_ID_BYTES = MAX_INSTANCE_ID_BYTES
 #: A caller's X-Correlation-Id is used only if it looks like an id (it goes into every log line).
 _CORRELATION_ID = re.compile(r"[A-Za-z0-9._:/=+@-]{1,128}")
+#: An Idempotency-Key: printable ASCII, as many characters as the host keeps per key.
+_IDEMPOTENCY_KEY = re.compile(r"[\x20-\x7e]{1,256}")
 
 
 class BadRequest(Exception):
     """The request itself is malformed (400)."""
 
 
-def _response(status: int, body: Any, correlation_id: str | None = None) -> dict[str, Any]:
+def _response(status: int, body: Any, correlation_id: str | None = None, *,
+              replayed: bool = False) -> dict[str, Any]:
     headers = {"content-type": "application/json"}
     if correlation_id:
         headers["x-correlation-id"] = correlation_id
+    if replayed:
+        headers["idempotent-replayed"] = "true"
     return {"statusCode": status, "headers": headers, "body": jsonio.dumps(body, default=_json_default)}
 
 
@@ -145,6 +157,23 @@ def _event_from_request(raw: str, ctype: str, instance_path: str) -> sb.Event:
     return sb.Event(name, body.get("data"))
 
 
+def idempotency_key(event: dict[str, Any]) -> str | None:
+    """The request's ``Idempotency-Key`` header, if it has one; :class:`BadRequest` if it is malformed.
+
+    Stripe's bare form (``Idempotency-Key: k-1``) and the IETF draft's quoted string
+    (``Idempotency-Key: "k-1"``) name the same key.
+    """
+    raw = _headers(event).get("idempotency-key")
+    if raw is None:
+        return None
+    key = raw.strip()
+    if len(key) >= 2 and key[0] == key[-1] == '"':
+        key = key[1:-1]
+    if not _IDEMPOTENCY_KEY.fullmatch(key) or not key.strip():
+        raise BadRequest("Idempotency-Key must be 1 to 256 printable ASCII characters")
+    return key
+
+
 def _correlation_id(event: dict[str, Any]) -> str | None:
     given = _headers(event).get("x-correlation-id", "")
     if _CORRELATION_ID.fullmatch(given):
@@ -217,6 +246,14 @@ def _route(event: dict[str, Any], method: str, path: str, parts: list[str], inst
            cid: str | None) -> dict[str, Any]:
     host = get_host()
     context = {"correlation_id": cid}
+    key = idempotency_key(event) if method == "POST" else None
+    if key is not None:
+        logger.append_keys(idempotency_key=key)
+    repeats = host.metrics.get("duplicates", 0)   # one request at a time per environment
+
+    def replayed() -> bool:
+        return key is not None and host.metrics.get("duplicates", 0) > repeats
+
     if method == "POST" and len(parts) == 2:
         body = _json(_body(event)[0])
         chart = body.get("chart")
@@ -226,17 +263,19 @@ def _route(event: dict[str, Any], method: str, path: str, parts: list[str], inst
         if data is not None and not isinstance(data, dict):
             raise BadRequest('"data" must be a JSON object')
         logger.append_keys(chart=chart)
-        pos = host.start(chart, instance_id, data, caller_context=context)
+        pos = host.start(chart, instance_id, data, caller_context=context, idempotency_key=key)
         logger.append_keys(revision=pos.chart.version)
-        logger.info("instance started", extra={"configuration": sorted(pos.configuration)})
-        return _response(201, _view(pos, instance_id), cid)
+        logger.info("instance started" if not replayed() else "repeated start: nothing applied",
+                    extra={"configuration": sorted(pos.configuration)})
+        return _response(201, _view(pos, instance_id), cid, replayed=replayed())
     if method == "POST" and len(parts) == 3 and parts[2] == "events":
         raw, ctype = _body(event)
         ev = _event_from_request(raw, ctype, path)
         logger.append_keys(event=ev.name)
-        pos = host.send(instance_id, ev, caller_context=context)
-        logger.info("event processed", extra={"configuration": sorted(pos.configuration), "status": pos.status})
-        return _response(200, _view(pos, instance_id), cid)
+        pos = host.send(instance_id, ev, caller_context=context, idempotency_key=key)
+        logger.info("event processed" if not replayed() else "repeated event: nothing applied",
+                    extra={"configuration": sorted(pos.configuration), "status": pos.status})
+        return _response(200, _view(pos, instance_id), cid, replayed=replayed())
     if method == "GET" and len(parts) == 2:
         return _response(200, _view_with_timers(host, instance_id), cid)
     return _response(404, {"error": f"no route for {method} {path}"}, cid)
