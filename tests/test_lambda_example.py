@@ -27,7 +27,7 @@ def test_order_story_times_out_through_the_sweeper(lam):
     status, body = _call(lam, "POST", "/instances/order-1",
                          {"chart": "order", "data": {"amount": 25, "payment_timeout": "30s"}})
     assert status == 201 and body["configuration"] == ["Pending"] and body["datamodel"]["amount"] == 25
-    assert body["revision"] == "v2" and body["timeouts"] == []
+    assert body["revision"] == "v3" and body["timeouts"] == []
     status, body = _call(lam, "POST", "/instances/order-1/events", {"event": "StartPayment", "data": {"card": "4242"}})
     assert status == 200 and body["configuration"] == ["Started"]
     assert body["timeouts"] == [{"name": "PaymentTimeout", "state": "Started", "ordinal": 1}]
@@ -126,10 +126,18 @@ def test_an_event_through_the_http_handler_costs_one_getitem_and_one_write(lam):
         status, body = _call(lam, "POST", "/instances/c/events", {"event": "StartPayment"})  # arms the timeout
     assert status == 200 and body["timeouts"][0]["name"] == "PaymentTimeout"
     assert calls == ["GetItem", "TransactWriteItems"]
+
+
+def test_an_event_that_sends_the_confirmation_adds_one_acknowledgement(lam):
+    """v3's Complete cancels the timeout and sends the order confirmation: the outbox row
+    rides in the same TransactWriteItems, and after SQS took the message one UpdateItem
+    marks the row delivered (tests/aws_lambda/test_confirmation.py has the rest)."""
+    _call(lam, "POST", "/instances/c", {"chart": "order", "data": {"payment_timeout": "1h"}})
+    _call(lam, "POST", "/instances/c/events", {"event": "StartPayment"})
     with count_requests(lam.client) as calls:
         status, body = _call(lam, "POST", "/instances/c/events", {"event": "Complete"})  # cancels it
-    assert status == 200 and body["configuration"] == ["Done"]
-    assert calls == ["GetItem", "TransactWriteItems"]
+    assert status == 200 and body["configuration"] == ["Done"] and body["timeouts"] == []
+    assert calls == ["GetItem", "TransactWriteItems", "UpdateItem"]
 
 
 def test_a_start_costs_one_getitem_and_one_write_too(lam):

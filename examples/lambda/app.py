@@ -14,6 +14,12 @@ Environment:
                     DynamoDB TTL on ``expires_at`` (default: kept; the template sets 7 days)
   HTTP_BASE         public base URL of the HTTP API, offered to charts as their Basic HTTP
                     location (optional)
+  CONFIRMATIONS_QUEUE_URL
+                    the SQS queue behind the charts' ``<send type="sqs">`` (the order
+                    confirmation of charts/order/v3). Every function gets it: the one that
+                    commits a send delivers it right after the commit, and the sweeper
+                    retries what that could not deliver. Unset: no "sqs" processor, and such
+                    a send is an error.execution in the chart (logged).
 """
 
 from __future__ import annotations
@@ -22,23 +28,34 @@ import os
 from typing import Any
 
 import statebound as sb
+from statebound.aws import SQSProcessor
+
 from chart_revisions import load_charts
 from telemetry import ObservedHost, ObservedStore, chart_log
 
-__all__ = ["build_host", "get_host", "configure", "load_charts"]
+__all__ = ["build_host", "get_host", "configure", "load_charts", "processors", "flush_outbox_metrics"]
 
 _host: sb.Host | None = None
 
 
 def build_host(*, client: Any = None, clock: Any = None, table_name: str | None = None,
-               charts_dir: str | os.PathLike[str] | None = None) -> sb.Host:
-    """A Host over the DynamoDB table named by ``TABLE_NAME``."""
+               charts_dir: str | os.PathLike[str] | None = None, sqs_client: Any = None) -> sb.Host:
+    """A Host over the DynamoDB table named by ``TABLE_NAME``, with the send processors."""
     table = table_name or os.environ["TABLE_NAME"]
     ttl = os.environ.get("DONE_TTL_S")
     store = ObservedStore(table, client=client, shards=int(os.environ.get("DUE_SHARDS", "16")),
                           done_ttl_s=int(ttl) if ttl else None)
     return ObservedHost(load_charts(charts_dir), store=store, clock=clock or sb.SystemClock(),
-                        http_base=os.environ.get("HTTP_BASE") or "http://statebound.invalid", on_log=chart_log)
+                        http_base=os.environ.get("HTTP_BASE") or "http://statebound.invalid", on_log=chart_log,
+                        processors=processors(sqs_client))
+
+
+def processors(sqs_client: Any = None) -> dict[str, Any]:
+    """The charts' send processors: ``"sqs"``, the confirmations queue, when it is configured."""
+    url = os.environ.get("CONFIRMATIONS_QUEUE_URL")
+    if not url:
+        return {}
+    return {"sqs": SQSProcessor(url, client=sqs_client)}
 
 
 def get_host() -> sb.Host:
@@ -47,6 +64,13 @@ def get_host() -> sb.Host:
     if _host is None:
         _host = build_host()
     return _host
+
+
+def flush_outbox_metrics() -> None:
+    """End of a request function's invocation: report the outbox rows it handed over, if any."""
+    recorder = getattr(_host, "sweep_metrics", None)
+    if recorder is not None:
+        recorder.flush_outbox()
 
 
 def configure(host: sb.Host | None) -> None:

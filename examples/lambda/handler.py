@@ -38,7 +38,7 @@ import statebound as sb
 from statebound import jsonio
 from statebound.dynamodb import MAX_INSTANCE_ID_BYTES
 
-from app import get_host
+from app import flush_outbox_metrics, get_host
 from telemetry import logger, scope
 
 _STATUS = (
@@ -181,7 +181,7 @@ def _correlation_id(event: dict[str, Any]) -> str | None:
     return (event.get("requestContext") or {}).get("requestId")
 
 
-def _from_aws(exc: BaseException) -> bool:
+def from_aws(exc: BaseException) -> bool:
     """Whether botocore is anywhere in the exception's chain (its text may name ARNs)."""
     seen: BaseException | None = exc
     while seen is not None:
@@ -194,7 +194,7 @@ def _from_aws(exc: BaseException) -> bool:
 
 def _error(exc: sb.StateboundError, cid: str | None) -> dict[str, Any]:
     status = next((code for cls, code in _STATUS if isinstance(exc, cls)), 500)
-    if status >= 500 or _from_aws(exc):
+    if status >= 500 or from_aws(exc):
         logger.exception("request failed", extra={"status": status})
         return _response(status, {"error": _GENERIC.get(status, "internal error"), "request_id": cid}, cid)
     if isinstance(exc, sb.ChartIdentityMismatch):
@@ -207,6 +207,13 @@ def _error(exc: sb.StateboundError, cid: str | None) -> dict[str, Any]:
 @logger.inject_lambda_context(clear_state=True)
 def handle(event: dict[str, Any], context: Any) -> dict[str, Any]:
     """The Lambda entry point for the HTTP API."""
+    try:
+        return _handle(event)
+    finally:
+        flush_outbox_metrics()
+
+
+def _handle(event: dict[str, Any]) -> dict[str, Any]:
     try:
         method = event["requestContext"]["http"]["method"].upper()
         path = event.get("rawPath") or event["requestContext"]["http"].get("path", "")
@@ -228,7 +235,7 @@ def handle(event: dict[str, Any], context: Any) -> dict[str, Any]:
     except BadRequest as exc:
         return _response(400, {"error": str(exc)}, cid)
     except ValueError as exc:  # an id the host or the store refuses (InvalidInstanceId is one)
-        if not _from_aws(exc):
+        if not from_aws(exc):
             return _response(400, {"error": str(exc).splitlines()[0]}, cid)
         return _internal_error(cid)
     except sb.StateboundError as exc:

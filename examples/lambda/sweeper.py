@@ -42,8 +42,8 @@ def handle(event: dict[str, Any], context: Any) -> dict[str, Any]:
                          node_id=getattr(context, "aws_request_id", None))
     recorder: SweepMetrics = getattr(host, "sweep_metrics", None) or SweepMetrics()
     recorder.totals.clear()
-    totals: dict[str, Any] = {"sweeps": 0, "fired": 0, "discarded": 0, "stale": 0, "failed": 0, "skipped": 0,
-                              "max_lag_ms": 0}
+    totals: dict[str, Any] = {"sweeps": 0, "fired": 0, "delivered": 0, "discarded": 0, "stale": 0, "failed": 0,
+                              "skipped": 0, "max_lag_ms": 0}
     leases = _leases(host, sweeper.node_id) if os.environ.get("SWEEP_LEASES", "") in ("1", "true") else None
     owned_before = getattr(host.store, "owned_shards", None)
     try:
@@ -81,7 +81,7 @@ def _sweep(host: sb.Host, sweeper: sb.Sweeper, context: Any, margin_ms: int, tot
         report = sweeper.run_once()
         recorder.flush()
         totals["sweeps"] += 1
-        for k in ("fired", "discarded", "stale", "failed", "skipped"):
+        for k in ("fired", "delivered", "discarded", "stale", "failed", "skipped"):
             totals[k] += getattr(report, k)
         totals["max_lag_ms"] = max(totals["max_lag_ms"], report.max_lag_ms)
         if report.total >= sweeper.batch:

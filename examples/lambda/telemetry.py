@@ -14,12 +14,15 @@ handler, so its warnings carry the same keys.
 
 **Metrics.** The sweeper's, in CloudWatch Embedded Metric Format from Powertools'
 ``Metrics`` (printed to stdout, where CloudWatch Logs turns them into metrics without
-a ``PutMetricData`` call): ``Fired``, ``Discarded``, ``Stale``, ``Failed``, ``Dead``,
-``Conflicts`` and ``Sweeps`` as counts, and ``TimerLag``, one value per fired timer
+a ``PutMetricData`` call): ``Fired``, ``Delivered`` (outbox sends handed to their
+processor), ``Discarded``, ``Stale``, ``Failed``, ``Dead``, ``Conflicts`` and ``Sweeps`` as counts, and ``TimerLag``, one value per fired timer
 (ms late), from which CloudWatch computes p50 and p99 across every sweeper; each flush
 also carries its own ``lag_p50_ms``/``lag_p99_ms`` as properties for Logs Insights.
 Namespace ``statebound``, dimension ``service`` (``statebound-sweeper``); the
-template's alarms read exactly these names.
+template's alarms read exactly these names. The two request functions (``service``
+``statebound-events`` and ``statebound-sqs-events``) hand outbox rows over right after
+their commits; they report ``Delivered``, ``Failed`` and ``Dead`` for those, once per
+invocation and only the counts that moved (``OutboxDeadAlarm`` reads their ``Dead``).
 """
 
 from __future__ import annotations
@@ -89,9 +92,20 @@ def chart_log(instance_id: str, label: str | None, value: Any) -> None:
 
 @contextmanager
 def scope(**keys: Any) -> Iterator[None]:
-    """Log keys for the work inside (``None`` values are left out)."""
-    with logger.append_context_keys(**{k: v for k, v in keys.items() if v is not None}):
-        yield
+    """Log keys for the work inside (``None`` values are left out).
+
+    Scopes nest: an outbox row the host delivers inside a request is logged with the row's
+    keys, and the request's own keys are back on its lines afterwards.
+    """
+    keys = {k: v for k, v in keys.items() if v is not None}
+    current = logger.get_current_keys()
+    shadowed = {k: current[k] for k in keys if k in current}
+    try:
+        with logger.append_context_keys(**keys):
+            yield
+    finally:
+        if shadowed:   # append_context_keys removes its keys on exit; it does not restore them
+            logger.append_keys(**shadowed)
 
 
 def revision_of(record: PositionRecord) -> str | None:
@@ -120,7 +134,9 @@ class ObservedStore(DynamoStore):
 class SweepMetrics:
     """Counts what fires did, and flushes them as one EMF document per sweep."""
 
-    COUNTS = ("Fired", "Discarded", "Stale", "Failed", "Dead", "Conflicts")
+    COUNTS = ("Fired", "Delivered", "Discarded", "Stale", "Failed", "Dead", "Conflicts")
+    #: What a request function reports: the outbox rows it handed over right after its commits.
+    OUTBOX = ("Delivered", "Failed", "Dead")
 
     def __init__(self) -> None:
         self.counts: Counter[str] = Counter()
@@ -157,6 +173,20 @@ class SweepMetrics:
         return True
 
 
+    def flush_outbox(self) -> bool:
+        """A request function's flush, at the end of an invocation: only the outbox counts
+        that moved, so an API that sends nothing emits no metric (and costs none)."""
+        moved = {name: self.counts[name] for name in self.OUTBOX if self.counts[name]}
+        self.counts.clear()
+        self.lags.clear()
+        if not moved:
+            return False
+        for name, value in moved.items():
+            metrics.add_metric(name=name, unit=MetricUnit.Count, value=value)
+        metrics.flush_metrics()
+        return True
+
+
 def _percentile(ordered: list[int], p: int) -> int:
     """Nearest-rank percentile of a sorted, non-empty list."""
     rank = max(1, -(-len(ordered) * p // 100))
@@ -177,15 +207,21 @@ class ObservedHost(sb.Host):
     def fire(self, row: TimerRow, *, node_id: str | None = None) -> FireResult:
         """:meth:`Host.fire`, inside a log scope naming the timer, then counted."""
         dead, conflicts = self.metrics.get("dead", 0), self.metrics["conflicts"]
-        with scope(instance_id=row.target_id, event=row.event.get("name"), timer=f"{row.instance_id}#{row.ordinal}",
+        # a timer row carries its event as "name", an outbox send row as "event"
+        event = row.event.get("name") or row.event.get("event") or row.event.get("invokeid")
+        what = "timer" if row.kind == "timer" else f"outbox {row.kind}"
+        outer = {k: v for k, v in logger.get_current_keys().items() if k in ("chart", "revision")}
+        with scope(instance_id=row.target_id, event=event, timer=f"{row.instance_id}#{row.ordinal}",
                    correlation_id=correlation_id_of(row.caller_context)):
             result = super().fire(row, node_id=node_id)
             extra = {"outcome": result.outcome, "lag_ms": result.lag_ms, "reason": result.reason}
             if result.outcome == "failed":
-                logger.warning("timer delivery failed", extra=extra)
+                logger.warning(f"{what} delivery failed", extra=extra)
             else:
-                logger.info("timer " + result.outcome, extra=extra)
+                logger.info(f"{what} {result.outcome}", extra=extra)
             logger.remove_keys(["chart", "revision"])
+        if outer:   # fired inside a request (an outbox row right after its commit)
+            logger.append_keys(**outer)
         self.sweep_metrics.record(result, dead=self.metrics.get("dead", 0) - dead,
                                   conflicts=self.metrics["conflicts"] - conflicts)
         return result

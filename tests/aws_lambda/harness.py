@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import shutil
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -27,7 +28,7 @@ TABLE = "statebound-example"
 START_MS = 1_796_108_400_000
 # Reloaded for every test. telemetry is not: like a Lambda environment, a process sets up
 # its Powertools logger once (a second Logger for the same service would find it configured).
-MODULES = ("chart_revisions", "app", "handler", "sweeper", "revisions", "redrive")
+MODULES = ("chart_revisions", "app", "handler", "sweeper", "sqs_events", "revisions", "redrive")
 
 
 def http_event(method: str, path: str, body: object = None, *, content_type: str = "application/json",
@@ -88,15 +89,30 @@ class Lam:
     app: Any
     handler: Any
     sweeper: Any
+    sqs_events: Any
     telemetry: Any
     clock: Any
     client: Any
     host: Any
+    sqs: Any                 # an SQS client on the same moto backend
+    confirmations: str       # the queue URLs the template defines
+    events_queue: str
+    dead_letters: str
 
     def call(self, method: str, path: str, body: object = None, **kw: Any) -> tuple[int, dict[str, Any]]:
         """One HTTP request through the handler: ``(status, parsed body)``."""
         resp = self.handler.handle(http_event(method, path, body, **kw), LambdaContext())
         return resp["statusCode"], json.loads(resp["body"])
+
+    def received(self, url: str) -> list[dict[str, Any]]:
+        """Every message now in a queue, as its consumer would read it (and delete it)."""
+        out: list[dict[str, Any]] = []
+        while batch := self.sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10, VisibilityTimeout=600,
+                                                MessageAttributeNames=["All"]).get("Messages", []):
+            for m in batch:
+                self.sqs.delete_message(QueueUrl=url, ReceiptHandle=m["ReceiptHandle"])
+            out += batch
+        return out
 
     def sweep(self, remaining_ms: int = 10_000, step_ms: int = 2_000) -> dict[str, Any]:
         """One sweeper invocation."""
@@ -107,6 +123,14 @@ class Lam:
         self.host = self.app.build_host(client=self.client, clock=self.clock, charts_dir=charts_dir)
         self.app.configure(self.host)
         return self.host
+
+
+def deployment(path: Path, *revisions: str) -> Path:
+    """A charts/ directory as a deployment shipping only these revisions of the order chart."""
+    (path / "order").mkdir(parents=True)
+    for revision in revisions:
+        shutil.copy2(LAMBDA_DIR / "charts" / "order" / f"{revision}.scxml", path / "order")
+    return path
 
 
 def _fresh_modules() -> None:
@@ -129,18 +153,35 @@ def lambda_env(monkeypatch: pytest.MonkeyPatch) -> Iterator[Lam]:
     with moto.mock_aws():
         client = boto3.client("dynamodb", region_name="eu-west-1")
         DynamoStore.create_table(TABLE, client=client)
-        _fresh_modules()
         env = Lam()
+        env.sqs = boto3.client("sqs", region_name="eu-west-1")
+        _queues(env, monkeypatch)
+        _fresh_modules()
         env.telemetry = importlib.import_module("telemetry")
         env.app = importlib.import_module("app")
         env.handler = importlib.import_module("handler")
         env.sweeper = importlib.import_module("sweeper")
+        env.sqs_events = importlib.import_module("sqs_events")
         env.clock = sb.ManualClock(now_ms=START_MS)
         env.client = client
         env.rebuild()
         yield env
         env.app.configure(None)
     _fresh_modules()
+
+
+def _queues(env: Lam, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The template's queues: confirmations (FIFO), and the events queue with its dead letters."""
+    sqs = env.sqs
+    env.dead_letters = sqs.create_queue(QueueName="events-dead-letters")["QueueUrl"]
+    dlq_arn = sqs.get_queue_attributes(QueueUrl=env.dead_letters, AttributeNames=["QueueArn"])
+    env.events_queue = sqs.create_queue(QueueName="events", Attributes={
+        "VisibilityTimeout": "180", "RedrivePolicy": json.dumps({
+            "deadLetterTargetArn": dlq_arn["Attributes"]["QueueArn"], "maxReceiveCount": 5})})["QueueUrl"]
+    env.confirmations = sqs.create_queue(QueueName="confirmations.fifo",
+                                         Attributes={"FifoQueue": "true"})["QueueUrl"]
+    monkeypatch.setenv("CONFIRMATIONS_QUEUE_URL", env.confirmations)
+    monkeypatch.setenv("DEAD_LETTER_QUEUE_URL", env.dead_letters)
 
 
 @contextmanager

@@ -4,13 +4,12 @@ Logs would receive them. The metric names are checked against the template's ala
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import pytest
 from samtranslator.yaml_helper import yaml_parse
 
-from .harness import LAMBDA_DIR, TABLE, LambdaContext, http_event, log_lines
+from .harness import LAMBDA_DIR, TABLE, LambdaContext, deployment, http_event, log_lines
 
 EMF_COUNTS = {"Fired", "Discarded", "Stale", "Failed", "Dead", "Conflicts"}
 
@@ -91,15 +90,9 @@ def test_a_quiet_sweep_still_reports_that_it_ran(lam, capsys):
 
 def test_failed_and_dead_are_counted(lam, capsys, tmp_path):
     """A deployment that dropped the revision a live timer needs: the fire fails, then parks."""
-    v1_only = tmp_path / "v1"
-    shutil.copytree(LAMBDA_DIR / "charts", v1_only)
-    (v1_only / "order" / "v2.scxml").unlink()
-    lam.rebuild(v1_only)
+    lam.rebuild(deployment(tmp_path / "v1", "v1"))
     start_with_timer(lam, "old")
-    v2_only = tmp_path / "v2"
-    shutil.copytree(LAMBDA_DIR / "charts", v2_only)
-    (v2_only / "order" / "v1.scxml").unlink()
-    lam.rebuild(v2_only).max_attempts = 2
+    lam.rebuild(deployment(tmp_path / "v2", "v2", "v3")).max_attempts = 2
     lam.clock.advance(30_000)
     capsys.readouterr()
 
@@ -162,7 +155,7 @@ def test_logs_carry_instance_chart_event_request_and_correlation_ids(lam, capsys
     start_with_timer(lam, "order-7", correlation="corr-42")
     http = log_lines(capsys.readouterr().out)
     processed = next(d for d in http if d.get("message") == "event processed")
-    assert processed["instance_id"] == "order-7" and processed["chart"] == "order" and processed["revision"] == "v2"
+    assert processed["instance_id"] == "order-7" and processed["chart"] == "order" and processed["revision"] == "v3"
     assert processed["event"] == "StartPayment" and processed["correlation_id"] == "corr-42"
     assert processed["function_request_id"] == "lambda-req-1" and processed["level"] == "INFO"
     assert processed["api_request_id"] == "req-1"   # API Gateway's, beside the caller's correlation id
@@ -173,7 +166,7 @@ def test_logs_carry_instance_chart_event_request_and_correlation_ids(lam, capsys
     fired = next(d for d in swept if d.get("message") == "timer fired")
     # the timer carries the correlation id of the request that armed it
     assert fired["correlation_id"] == "corr-42" and fired["instance_id"] == "order-7"
-    assert fired["event"] == "PaymentTimeout" and fired["chart"] == "order" and fired["revision"] == "v2"
+    assert fired["event"] == "PaymentTimeout" and fired["chart"] == "order" and fired["revision"] == "v3"
     assert fired["function_request_id"] == "sweeper-req-1" and fired["lag_ms"] == 0
     chart_log = next(d for d in swept if d.get("message") == "chart log")
     assert chart_log["log_label"] == "order" and chart_log["log_value"] == "payment overdue; grace period started"
@@ -226,5 +219,5 @@ def test_log_lines_are_strict_json(lam, capsys):
 
 def test_charts_dir_layout_is_what_the_docs_say():
     assert sorted(p.relative_to(LAMBDA_DIR).as_posix() for p in (LAMBDA_DIR / "charts").rglob("*.scxml")) == [
-        "charts/order/v1.scxml", "charts/order/v2.scxml"]
+        "charts/order/v1.scxml", "charts/order/v2.scxml", "charts/order/v3.scxml"]
     assert Path(LAMBDA_DIR / "charts" / "order").is_dir()

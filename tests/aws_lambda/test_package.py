@@ -69,7 +69,7 @@ def test_the_package_holds_the_local_build_and_no_botocore(package, tmp_path):
     assert found["statebound"] == metadata.version("statebound")
     assert {p.name for p in out.iterdir()} >= {*package.HANDLER_FILES, "charts", "statebound"}
     assert sorted(p.relative_to(out).as_posix() for p in (out / "charts").rglob("*.scxml")) == [
-        "charts/order/v1.scxml", "charts/order/v2.scxml"]
+        "charts/order/v1.scxml", "charts/order/v2.scxml", "charts/order/v3.scxml"]
     assert not any((out / name).exists() for name in package.RUNTIME_PROVIDED)
     assert not (out / "bin").exists() and not list(out.rglob("*.pyc"))
     assert (out / "statebound" / "jsonio.py").read_text() == (
@@ -81,7 +81,7 @@ def _fake_install(out: Path, *, direct_url: str | None) -> None:
     info.mkdir(parents=True)
     if direct_url is not None:
         (info / "direct_url.json").write_text(json.dumps({"url": direct_url, "archive_info": {}}))
-    for name in ("app.py", "chart_revisions.py", "handler.py", "sweeper.py", "telemetry.py"):
+    for name in ("app.py", "chart_revisions.py", "handler.py", "sqs_events.py", "sweeper.py", "telemetry.py"):
         (out / name).write_text("")
 
 

@@ -107,7 +107,7 @@ def test_every_route_is_authorized_and_the_stage_throttles(transformed):
 
 def test_functions_run_a_current_python_and_log_to_groups_with_retention(transformed):
     functions = resources(transformed, "AWS::Lambda::Function")
-    assert set(functions) == {"EventsFunction", "SweeperFunction"}
+    assert set(functions) == {"EventsFunction", "SweeperFunction", "SqsEventsFunction"}
     groups = resources(transformed, "AWS::Logs::LogGroup")
     for fn in functions.values():
         props = fn["Properties"]
@@ -146,3 +146,69 @@ def test_events_function_reads_the_api_endpoint_without_a_cycle(transformed):
     assert env["DONE_TTL_S"] == {"Ref": "DoneTtlSeconds"}
     # the API reaches the function only through the integration, never in its own properties
     assert "EventsFunction" not in json.dumps(transformed["Resources"]["Api"])
+
+
+def _statements(template: dict[str, Any], function: str) -> list[dict[str, Any]]:
+    role = template["Resources"][f"{function}Role"]["Properties"]
+    return [st for policy in role["Policies"] for st in policy["PolicyDocument"]["Statement"]]
+
+
+def _actions(statement: dict[str, Any]) -> set[str]:
+    actions = statement["Action"]
+    return {actions} if isinstance(actions, str) else set(actions)
+
+
+def test_the_events_queue_feeds_its_function_with_partial_batch_failures(transformed):
+    mapping = transformed["Resources"]["SqsEventsMapping"]["Properties"]
+    assert mapping["EventSourceArn"] == {"Fn::GetAtt": ["EventsQueue", "Arn"]}
+    assert mapping["FunctionName"] == {"Ref": "SqsEventsFunction"}
+    assert mapping["FunctionResponseTypes"] == ["ReportBatchItemFailures"] and mapping["BatchSize"] == 10
+    queue = transformed["Resources"]["EventsQueue"]["Properties"]
+    timeout = transformed["Resources"]["SqsEventsFunction"]["Properties"]["Timeout"]
+    assert queue["VisibilityTimeout"] >= 6 * timeout          # AWS's advice for an event source mapping
+    assert queue["RedrivePolicy"] == {"deadLetterTargetArn": {"Fn::GetAtt": ["EventsDeadLetters", "Arn"]},
+                                      "maxReceiveCount": 5}
+    dead = transformed["Resources"]["EventsDeadLetters"]
+    assert dead["DeletionPolicy"] == "Retain" and dead["Properties"]["MessageRetentionPeriod"] == 1209600
+    env = transformed["Resources"]["SqsEventsFunction"]["Properties"]["Environment"]["Variables"]
+    assert env["DEAD_LETTER_QUEUE_URL"] == {"Ref": "EventsDeadLetters"}
+    alarm = transformed["Resources"]["EventsDeadLettersAlarm"]["Properties"]
+    assert alarm["Dimensions"] == [{"Name": "QueueName", "Value": {"Fn::GetAtt": ["EventsDeadLetters", "QueueName"]}}]
+
+
+def test_the_sqs_events_function_may_touch_only_its_own_queues(transformed):
+    """Least privilege: the poller's actions on the events queue, SendMessage on the dead
+    letters, and no SQS action on any other resource (no managed policy with ``*``)."""
+    sqs = [st for st in _statements(transformed, "SqsEventsFunction")
+           if any(a.startswith("sqs:") for a in _actions(st))]
+    by_resource = {json.dumps(st["Resource"], sort_keys=True): _actions(st) for st in sqs}
+    assert by_resource[json.dumps({"Fn::GetAtt": ["EventsQueue", "Arn"]})] == {
+        "sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:ChangeMessageVisibility", "sqs:GetQueueAttributes"}
+    assert by_resource[json.dumps({"Fn::GetAtt": ["EventsDeadLetters", "Arn"]})] == {"sqs:SendMessage"}
+    assert len(by_resource) == 3 and "*" not in json.dumps(list(by_resource))
+    role = transformed["Resources"]["SqsEventsFunctionRole"]["Properties"]
+    assert [arn.rsplit("/", 1)[-1] for arn in role["ManagedPolicyArns"]] == ["AWSLambdaBasicExecutionRole"]
+
+
+def test_every_function_can_deliver_the_confirmations_it_may_commit(transformed):
+    """The outbox: whichever function commits a send hands it over right after the commit,
+    and the sweeper retries; each needs the queue URL and sqs:SendMessage on it, nothing more."""
+    queue = transformed["Resources"]["ConfirmationsQueue"]["Properties"]
+    assert queue["FifoQueue"] is True and queue["QueueName"]["Fn::Sub"].endswith(".fifo")
+    for function in ("EventsFunction", "SweeperFunction", "SqsEventsFunction"):
+        env = transformed["Resources"][function]["Properties"]["Environment"]["Variables"]
+        assert env["CONFIRMATIONS_QUEUE_URL"] == {"Ref": "ConfirmationsQueue"}, function
+        sends = [st for st in _statements(transformed, function) if "ConfirmationsQueue" in json.dumps(st)]
+        assert [_actions(st) for st in sends] == [{"sqs:SendMessage*"}], function
+
+
+def test_the_outbox_alarm_adds_up_dead_rows_of_both_request_functions(transformed):
+    alarm = transformed["Resources"]["OutboxDeadAlarm"]["Properties"]
+    watched = {m["MetricStat"]["Metric"]["Dimensions"][0]["Value"]
+               for m in alarm["Metrics"] if "MetricStat" in m}
+    assert watched == {"statebound-events", "statebound-sqs-events"}
+    services = {transformed["Resources"][f]["Properties"]["Environment"]["Variables"]["POWERTOOLS_SERVICE_NAME"]
+                for f in ("EventsFunction", "SqsEventsFunction")}
+    assert services == watched
+    assert all(m["MetricStat"]["Metric"]["MetricName"] == "Dead" for m in alarm["Metrics"] if "MetricStat" in m)
+

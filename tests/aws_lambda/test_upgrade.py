@@ -9,18 +9,13 @@ import shutil
 
 import pytest
 
-from .harness import LAMBDA_DIR
+from .harness import deployment
 
 
 @pytest.fixture()
 def deployments(tmp_path):
     """Two charts/ directories as two deployments would ship them: v1 alone, then v1 + v2."""
-    first = tmp_path / "deploy-1"
-    shutil.copytree(LAMBDA_DIR / "charts", first)
-    (first / "order" / "v2.scxml").unlink()
-    second = tmp_path / "deploy-2"
-    shutil.copytree(LAMBDA_DIR / "charts", second)
-    return first, second
+    return deployment(tmp_path / "deploy-1", "v1"), deployment(tmp_path / "deploy-2", "v1", "v2")
 
 
 def test_v1_timers_fire_on_v1_after_v2_is_deployed(lam, deployments):
@@ -60,8 +55,7 @@ def test_an_undeployed_revision_is_a_clear_409_not_a_500(lam, deployments, tmp_p
     lam.rebuild(first)
     lam.call("POST", "/instances/o", {"chart": "order"})
     v2_only = tmp_path / "v2-only"
-    shutil.copytree(LAMBDA_DIR / "charts", v2_only)
-    (v2_only / "order" / "v1.scxml").unlink()
+    deployment(v2_only, "v2")
     lam.rebuild(v2_only)
     for method, path, body in (("GET", "/instances/o", None), ("POST", "/instances/o/events", {"event": "Cancel"})):
         status, payload = lam.call(method, path, body)
