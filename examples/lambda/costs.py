@@ -1,7 +1,8 @@
 """Measure what the example costs, and price it: ``python costs.py [--update-readme]``.
 
-Runs the order chart through the two handlers on moto (in process, no AWS account), counts
-every DynamoDB request with botocore hooks on the functions' client, and works out the
+Runs the order chart through the three handlers on moto (in process, no AWS account), counts
+every DynamoDB request with botocore hooks on the functions' client (and the SQS requests
+the outbox makes), and works out the
 capacity units each request is billed from the items it reads and writes, in the table
 and in the due index (writes: 1 unit per KB per item, twice that inside a transaction,
 plus the index entries that appear, change or disappear; reads: 1 unit per 4 KB strongly
@@ -43,6 +44,8 @@ PRICES = {
     "dynamodb_rru": 0.125 / 1e6,      # per read request unit
     "http_api_request": 1.00 / 1e6,   # API Gateway HTTP API, first 300 million a month
     "lambda_request": 0.20 / 1e6,     # per invocation
+    "sqs_request": 0.40 / 1e6,        # standard queue, per 64 KB request
+    "sqs_fifo_request": 0.50 / 1e6,   # FIFO queue, per 64 KB request
     "custom_metric_month": 0.30,      # CloudWatch, per metric (first 10,000)
 }
 _INDEXES = {"due-index": ("gsi_pk", "gsi_due"), "dead-index": ("dead_pk", "dead_sk")}
@@ -188,8 +191,8 @@ class _ClockContext:
         return self.deadline - self.clock.now_ms()
 
 
-def _http(method: str, path: str, body: str | None) -> dict[str, Any]:
-    return {"version": "2.0", "rawPath": path, "headers": {"content-type": "application/json"},
+def _http(method: str, path: str, body: str | None, headers: dict[str, str] | None = None) -> dict[str, Any]:
+    return {"version": "2.0", "rawPath": path, "headers": {"content-type": "application/json", **(headers or {})},
             "requestContext": {"requestId": "costs", "http": {"method": method, "path": path}},
             "pathParameters": {"id": path.split("/")[2]}, "body": body, "isBase64Encoded": False}
 
@@ -200,11 +203,15 @@ class Measurements:
 
     event_plain: Usage
     event_arming: Usage
-    event_cancelling: Usage
+    event_completing: Usage
     start: Usage
     fire_arming: Usage
     fire_plain: Usage
     idle_minute: Usage
+    event_repeated: Usage = field(default_factory=Usage)
+    sqs_event: Usage = field(default_factory=Usage)
+    sqs_redelivered: Usage = field(default_factory=Usage)
+    confirmations_sent: float = 0.0    # SQS SendMessage calls per completing event
 
 
 def measure(idle_seconds: int = 60, fires: int = FIRES) -> Measurements:
@@ -230,18 +237,37 @@ def measure(idle_seconds: int = 60, fires: int = FIRES) -> Measurements:
         client = boto3.client("dynamodb", region_name="us-east-1")
         raw = boto3.client("dynamodb", region_name="us-east-1")
         DynamoStore.create_table(TABLE, client=client)
+        sqs = boto3.client("sqs", region_name="us-east-1")
+        os.environ["CONFIRMATIONS_QUEUE_URL"] = sqs.create_queue(
+            QueueName="confirmations.fifo", Attributes={"FifoQueue": "true"})["QueueUrl"]
+        os.environ["DEAD_LETTER_QUEUE_URL"] = sqs.create_queue(QueueName="events-dead-letters")["QueueUrl"]
+        events_queue = sqs.create_queue(QueueName="events")["QueueUrl"]
         import app
         import handler
+        import sqs_events
         import sweeper
         charts = Path(tmp) / "charts"
         shutil.copytree(HERE / "charts", charts)
         clock = sb.ManualClock(now_ms=START_MS)
-        app.configure(app.build_host(client=client, clock=clock, charts_dir=charts))
+        host = app.build_host(client=client, clock=clock, charts_dir=charts)
+        app.configure(host)
         meter = Meter(client, raw)
+        sends: list[str] = []
+        host.processors["sqs"].client.meta.events.register(
+            "before-call.sqs", lambda model, **kw: sends.append(model.name))
 
-        def call(method: str, path: str, body: str | None = None) -> None:
-            status = handler.handle(_http(method, path, body), _ClockContext(clock, 10_000))["statusCode"]
+        def call(method: str, path: str, body: str | None = None, headers: dict[str, str] | None = None) -> None:
+            status = handler.handle(_http(method, path, body, headers), _ClockContext(clock, 10_000))["statusCode"]
             assert status < 300, (method, path, status)
+
+        def sqs_batch(bodies: list[str]) -> dict[str, Any]:
+            """Send to the events queue, receive as the event source mapping does: the Lambda event."""
+            for body in bodies:
+                sqs.send_message(QueueUrl=events_queue, MessageBody=body)
+            got = sqs.receive_message(QueueUrl=events_queue, MaxNumberOfMessages=10)["Messages"]
+            return {"Records": [{"messageId": m["MessageId"], "receiptHandle": m["ReceiptHandle"],
+                                 "body": m["Body"], "messageAttributes": {}, "eventSource": "aws:sqs"}
+                                for m in got]}
 
         def sweep(seconds: int) -> None:
             # SWEEP_MARGIN_MS is 5000: 1 ms above it buys exactly one sweep
@@ -252,11 +278,23 @@ def measure(idle_seconds: int = 60, fires: int = FIRES) -> Measurements:
             call("POST", "/instances/o-0", '{"chart": "order", "data": {"payment_timeout": "1h"}}')
         with meter.measure() as arming:
             call("POST", "/instances/o-0/events", '{"event": "StartPayment", "data": {"card": "4242"}}')
-        with meter.measure() as cancelling:
-            call("POST", "/instances/o-0/events", '{"event": "Complete"}')
+        with meter.measure() as completing:
+            call("POST", "/instances/o-0/events", '{"event": "Complete"}')   # cancels it, sends the confirmation
+        confirmations = float(sends.count("SendMessage"))
         call("POST", "/instances/o-1", '{"chart": "order"}')
         with meter.measure() as plain:
-            call("POST", "/instances/o-1/events", '{"event": "Cancel"}')
+            call("POST", "/instances/o-1/events", '{"event": "Cancel"}', {"idempotency-key": "cancel-o-1"})
+        with meter.measure() as repeated:
+            call("POST", "/instances/o-1/events", '{"event": "Cancel"}', {"idempotency-key": "cancel-o-1"})
+
+        # the SQS events function, a batch of ten events for ten instances, then SQS delivering it again
+        for i in range(10):
+            call("POST", f"/instances/q-{i}", '{"chart": "order"}')
+        event = sqs_batch([f'{{"instance_id": "q-{i}", "event": "Cancel"}}' for i in range(10)])
+        with meter.measure() as sqs_event:
+            assert sqs_events.handle(event, _ClockContext(clock, 30_000))["batchItemFailures"] == []
+        with meter.measure() as sqs_again:
+            assert sqs_events.handle(event, _ClockContext(clock, 30_000))["batchItemFailures"] == []
 
         fires_arming = fires_plain = Usage()
         if fires:
@@ -283,7 +321,8 @@ def measure(idle_seconds: int = 60, fires: int = FIRES) -> Measurements:
                 sweep(idle_seconds)
             idle_minute = idle_minute.per(idle_seconds / 60)
         app.configure(None)
-    return Measurements(plain, arming, cancelling, start, fires_arming, fires_plain, idle_minute)
+    return Measurements(plain, arming, completing, start, fires_arming, fires_plain, idle_minute,
+                        repeated, sqs_event.per(10), sqs_again.per(10), confirmations)
 
 
 def _requests(u: Usage, digits: int = 2) -> str:
@@ -295,12 +334,27 @@ def _requests(u: Usage, digits: int = 2) -> str:
     return ", ".join(parts)
 
 
+#: SQS and Lambda requests per event over the events queue, with full batches of ten: the
+#: producer's SendMessage, a tenth of the poller's ReceiveMessage and DeleteMessageBatch,
+#: and a tenth of an invocation. A redelivery is the receive, the delete and the invocation.
+SQS_EVENT = {"sqs": 1.2, "lambda": 0.1}
+SQS_REDELIVERY = {"sqs": 0.2, "lambda": 0.1}
+
+
 def render(m: Measurements) -> str:
     """The README's cost table."""
     http = PRICES["http_api_request"] + PRICES["lambda_request"]
+
+    def over_sqs(n: dict[str, float]) -> float:
+        return n["sqs"] * PRICES["sqs_request"] + n["lambda"] * PRICES["lambda_request"]
+    confirm = m.confirmations_sent * PRICES["sqs_fifo_request"]
     rows = [("start an instance", m.start, http, None), ("event, no timer change", m.event_plain, http, None),
             ("event arming a timer", m.event_arming, http, None),
-            ("event cancelling a timer", m.event_cancelling, http, None),
+            ("event completing an order: cancels its timer, sends the confirmation (outbox)",
+             m.event_completing, http + confirm, None),
+            ("repeated event (same `Idempotency-Key`)", m.event_repeated, http, None),
+            ("event over SQS (`SqsEventsFunction`)", m.sqs_event, over_sqs(SQS_EVENT), None),
+            ("SQS delivering an applied event again", m.sqs_redelivered, over_sqs(SQS_REDELIVERY), None),
             ("timer fire (arms nothing)", m.fire_plain, 0.0, None),
             ("timer fire that arms the next timer", m.fire_arming, 0.0, None)]
     if m.fire_plain.requests:
@@ -309,22 +363,30 @@ def render(m: Measurements) -> str:
         timer = Usage(Counter(), timer.wru + m.fire_plain.wru, timer.rru + m.fire_plain.rru)
         rows.append(("**a timer**, armed by an event and fired", timer, 0.0,
                      "the arming event's TransactWriteItems in place of a PutItem, and the fire"))
-    lines = ["| per million | DynamoDB requests, each | WRU each | RRU each | DynamoDB | API + Lambda requests | total |",
+    lines = ["| per million | DynamoDB requests, each | WRU each | RRU each | DynamoDB | other requests | total |",
              "|---|---|---:|---:|---:|---:|---:|"]
     for name, u, other, what in rows:
         if not (u.requests or what):
             continue   # not measured this time
         lines.append(f"| {name} | {what or _requests(u)} | {u.wru:.2f} | {u.rru:.2f} | ${u.dynamodb_usd * 1e6:.2f} "
                      f"| ${other * 1e6:.2f} | ${(u.dynamodb_usd + other) * 1e6:.2f} |")
+    lines += ["", "Other requests: an HTTP row is one API Gateway request and one Lambda invocation; "
+                  f"completing an order adds {m.confirmations_sent:g} SQS FIFO SendMessage (the confirmation); "
+                  f"an event over SQS is {SQS_EVENT['sqs']:g} SQS requests and {SQS_EVENT['lambda']:g} "
+                  "invocations (the producer's SendMessage, and a tenth of the poller's ReceiveMessage, "
+                  "DeleteMessageBatch and invocation, with full batches of ten), a redelivery "
+                  f"{SQS_REDELIVERY['sqs']:g} and {SQS_REDELIVERY['lambda']:g}."]
     idle = m.idle_minute
     if not idle.requests:
         return "\n".join(lines)
     monthly = idle.dynamodb_usd * MINUTES_PER_MONTH
+    from telemetry import SweepMetrics   # costs.py runs beside the functions' modules
+    emf = len(SweepMetrics.COUNTS) + 2   # the counts, Sweeps and TimerLag
     lines += ["", f"The sweeper also costs **${monthly:.2f} a month** in DynamoDB when nothing is due: "
                   f"{sum(idle.requests.values()):.0f} requests a minute ({_requests(idle, 0)}), "
                   f"{idle.wru:.1f} WRU and {idle.rru:.1f} RRU, at one sweep a second "
-                  f"(`SWEEP_INTERVAL_S=1`, `SWEEP_LEASES=1`, 16 shards). Its EMF metrics are 8 custom metrics, "
-                  f"${8 * PRICES['custom_metric_month']:.2f} a month."]
+                  f"(`SWEEP_INTERVAL_S=1`, `SWEEP_LEASES=1`, 16 shards). Its EMF metrics are {emf} custom metrics, "
+                  f"${emf * PRICES['custom_metric_month']:.2f} a month."]
     return "\n".join(lines)
 
 

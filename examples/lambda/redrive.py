@@ -6,7 +6,9 @@ A timer row is parked as *dead* after its last failed delivery attempt (the host
 Find the cause in that error and the sweeper's log lines (search for the row's
 ``instance_id``), fix it (typically: ship again a chart revision that live instances
 still run), then revive the rows: each becomes pending and due now, with its attempts
-reset, and the next sweep delivers it.
+reset, and the next sweep delivers it. Outbox rows (an order confirmation SQS refused,
+``OutboxDeadAlarm``) sit in the same dead index and are revived the same way; the sweeper
+then hands them to their processor again, with their original idempotency key.
 
     python redrive.py --table T                      # list the dead rows
     python redrive.py --table T --retry all          # revive every dead row
@@ -56,14 +58,16 @@ def main(argv: Sequence[str] | None = None, *, client: Any = None, clock: Any = 
     revived = []
     if args.retry:
         revived = [r for r in rows if _selected(r, args.retry) and store.retry_timer(r.key, now)]
-    report = [{"instance": r.instance_id, "ordinal": r.ordinal, "event": r.event.get("name"), "attempts": r.attempts,
-               "last_error": r.last_error, "revived": r in revived} for r in rows]
+    # a timer row names its event "name"; an outbox send row "event", an invoke row its invokeid
+    report = [{"instance": r.instance_id, "ordinal": r.ordinal, "kind": r.kind,
+               "event": r.event.get("name") or r.event.get("event") or r.event.get("invokeid"),
+               "attempts": r.attempts, "last_error": r.last_error, "revived": r in revived} for r in rows]
     if args.json:
         print(jsonio.dumps(report, indent=2))
     else:
         for r in report:
             mark = "revived" if r["revived"] else "dead"
-            print(f"{mark:8} {r['instance']}:{r['ordinal']}  {r['event']}  after {r['attempts']} attempts: "
+            print(f"{mark:8} {r['instance']}:{r['ordinal']}  {r['kind']} {r['event']}  after {r['attempts']} attempts: "
                   f"{(r['last_error'] or '')[:160]}")
         print(f"{len(rows)} dead, {len(revived)} revived")
     return 0

@@ -137,3 +137,27 @@ def test_a_request_that_sends_nothing_emits_no_metric(lam, capsys):
     lam.call("POST", "/instances/o-2", {"chart": "order"})
     lam.call("POST", "/instances/o-2/events", {"event": "Cancel"})
     assert not [d for d in log_lines(capsys.readouterr().out) if "_aws" in d]
+
+
+def test_a_dead_confirmation_is_redriven_once_the_queue_is_back(lam, capsys):
+    """The README's redrive story for the outbox: fix the cause, revive the row with
+    redrive.py, and the next sweep delivers it with its original key."""
+    import importlib
+
+    paid_order(lam)
+    lam.sqs.delete_queue(QueueUrl=lam.confirmations)
+    lam.call("POST", "/instances/o-1/events", {"event": "Complete"})
+    lam.sqs.create_queue(QueueName="confirmations.fifo", Attributes={"FifoQueue": "true"})   # the fix
+    redrive = importlib.import_module("redrive")
+    capsys.readouterr()
+    assert redrive.main(["--table", "statebound-example", "--json"], client=lam.client, clock=lam.clock) == 0
+    [listed] = json.loads(capsys.readouterr().out)
+    assert (listed["kind"], listed["event"], listed["instance"]) == ("send", "order.confirmed", "o-1")
+    assert redrive.main(["--table", "statebound-example", "--retry", "o-1"], client=lam.client, clock=lam.clock) == 0
+    # an operator redrives minutes later, when the store that parked the row no longer hides
+    # it (DynamoStore skips a row it saw leave the index for GSI_LAG_S of real time)
+    lam.rebuild()
+    assert lam.sweep()["delivered"] == 1
+    [message] = lam.received(lam.confirmations)
+    assert message["MessageAttributes"]["statebound.idempotency_key"]["StringValue"] == "o-1:3"
+    assert lam.host.dead_timers() == [] and lam.host.pending_timers("o-1") == []
