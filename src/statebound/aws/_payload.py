@@ -74,8 +74,9 @@ def send_envelope(delivery: Delivery) -> dict[str, Any]:
 def invoke_envelope(request: InvokeRequest, *, with_token: bool) -> dict[str, Any]:
     """What a function gets for one ``<invoke>``; the token only when it must answer later.
 
-    The token is a capability (whoever holds it can finish the invocation), so a
-    function that answers synchronously is not handed one.
+    The token equals the idempotency key and is no secret: it names the invocation so a
+    stale answer is recognised. A function that answers synchronously returns its result
+    and has no use for one.
     """
     metadata: dict[str, Any] = {
         "idempotency_key": request.idempotency_key,
