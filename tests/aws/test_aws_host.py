@@ -473,15 +473,21 @@ def test_throttling_that_never_ends_is_dead_after_max_attempts(boto3):
 # --------------------------------------------------------------------------- callback mode
 
 
-def test_callback_mode_waits_for_complete_invoke_with_the_token(boto3):
-    """moto's Lambda takes the ``Event`` invocation (nothing needs to run); the function's
-    answer is played by ``host.complete_invoke`` with the token from its payload."""
+def _paying_later(boto3: Any) -> tuple[World, sb.Host, Requests]:
+    """An order waiting in ChargingLater: moto's Lambda took the ``Event`` invocation."""
     w = World(boto3)
     _function(w, "charge-later")
     sent = Requests(w.lam)
     host = w.host()
     host.start("shop", "o1")
     host.send("o1", "PayLater", {"amount": 30})
+    return w, host, sent
+
+
+def test_callback_mode_waits_for_complete_invoke_with_the_token(boto3):
+    """moto's Lambda takes the ``Event`` invocation (nothing needs to run); the function's
+    answer is played by ``host.complete_invoke`` with the token from its payload."""
+    w, host, sent = _paying_later(boto3)
     call = sent.only("Invoke")
     assert (call["FunctionName"], call["InvocationType"]) == ("charge-later", "Event")
     metadata = json.loads(call["Payload"])["metadata"]
@@ -502,12 +508,7 @@ def test_callback_mode_waits_for_complete_invoke_with_the_token(boto3):
 
 
 def test_callback_mode_failure_and_a_stale_token(boto3):
-    w = World(boto3)
-    _function(w, "charge-later")
-    sent = Requests(w.lam)
-    host = w.host()
-    host.start("shop", "o1")
-    host.send("o1", "PayLater", {"amount": 30})
+    _, host, sent = _paying_later(boto3)
     first = json.loads(sent.of("Invoke")[0]["Payload"])["metadata"]["token"]
     host.send("o1", "Abort")                                   # leaving the state cancels it
     host.send("o1", "PayLater", {"amount": 31})
