@@ -1,7 +1,8 @@
 """Child process for tests/test_host_concurrency.py (and bench/bench_host.py).
 
 ``python _conc_child.py send DB GOFILE N``   send ``inc`` N times to instance ``c``
-``python _conc_child.py sweep DB GOFILE NODE BATCH``  sweep until idle as node NODE
+``python _conc_child.py sweep DB GOFILE NODE BATCH [PEERS]``  sweep until idle as node NODE
+(with PEERS, its first fire waits until PEERS sweepers have each fired once)
 
 Each creates GOFILE.ready.<pid>, waits for GOFILE to exist (a start barrier), then prints one JSON line of results.
 """
@@ -48,10 +49,27 @@ def wait_for(path: str, timeout: float = 60.0) -> None:
         time.sleep(0.002)
 
 
+def meet(go: str, node: str, peers: int, timeout: float = 30.0) -> None:
+    """After this sweeper's first fire, wait for its peers' first fires (or a timeout).
+
+    The race under test needs every sweeper inside it: on a loaded machine one process
+    could otherwise drain all rows before another has claimed any. A sweeper holds its
+    claimed batch while it waits, so the others have to claim different rows.
+    """
+    open(f"{go}.fired.{node}", "w").close()
+    deadline = time.monotonic() + timeout
+    folder, stem = os.path.split(go)
+    while sum(n.startswith(f"{stem}.fired.") for n in os.listdir(folder or ".")) < peers:
+        if time.monotonic() > deadline:
+            return
+        time.sleep(0.002)
+
+
 def main(argv: list[str]) -> int:
     mode, db, go = argv[0], argv[1], argv[2]
     store = sb.SQLiteStore(db)
-    host = sb.Host(charts(), store=store, clock=sb.SystemClock())
+    # contention is the point here: retry for as long as it takes rather than give up under load
+    host = sb.Host(charts(), store=store, clock=sb.SystemClock(), max_conflict_retries=200)
     if mode == "send":
         n = int(argv[3])
         wait_for(go)
@@ -65,9 +83,13 @@ def main(argv: list[str]) -> int:
         keys: list[list] = []
         orig = host.fire
 
+        peers = int(argv[5]) if len(argv) > 5 else 1
+
         def fire(row, **kw):
             res = orig(row, **kw)
             keys.append([res.key[0], res.key[1], res.outcome])
+            if len(keys) == 1 and peers > 1:
+                meet(go, node, peers)
             return res
         host.fire = fire  # type: ignore[method-assign]
         sweeper = sb.Sweeper(host, batch=batch, node_id=node)

@@ -79,7 +79,7 @@ def test_two_sweepers_fire_500_due_timers_exactly_once(tmp_path):
     for iid in ids:
         host.start("ticker", iid)          # each leaves one row due 1 ms later
     assert all(len(host.pending_timers(i)) == 1 for i in ids[:5])
-    procs = [_spawn("sweep", db, go, f"sweeper-{k}", "10") for k in range(2)]
+    procs = [_spawn("sweep", db, go, f"sweeper-{k}", "10", "2") for k in range(2)]
     t0 = _release(go, procs)
     results = _collect(procs)
     elapsed = time.perf_counter() - t0

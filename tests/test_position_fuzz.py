@@ -8,7 +8,7 @@ reproduces exactly.
 from __future__ import annotations
 
 import random
-import time
+import tracemalloc
 
 import pytest
 
@@ -95,10 +95,18 @@ def _run(n: int, seed: int) -> dict[str, int]:
     seeds = _seeds()
     tally: dict[str, int] = {}
     interps: dict[str, sb.Interpreter] = {}
-    for blob, c in _mutants(rng, seeds, n):
-        t = time.perf_counter()
-        _probe(blob, c, interps, tally)
-        assert time.perf_counter() - t < 1.0, "one decode took over a second"
+    # A mutated length prefix must not make a decode allocate without bound. Memory is
+    # measured, not time: a wall-clock bound fails on a loaded machine for no reason.
+    tracemalloc.start()
+    try:
+        for blob, c in _mutants(rng, seeds, n):
+            tracemalloc.reset_peak()
+            base = tracemalloc.get_traced_memory()[0]
+            _probe(blob, c, interps, tally)
+            peak = tracemalloc.get_traced_memory()[1] - base
+            assert peak < 16 * 2**20, f"one decode allocated {peak} bytes"
+    finally:
+        tracemalloc.stop()
     assert sum(tally.values()) >= n
     return tally
 
