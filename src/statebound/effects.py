@@ -17,7 +17,7 @@ effect             emitted by                                  host's job
 ``Log``            ``<log>``, and each ``error.*`` raised      log it
                    (labelled with the error's name)
 ``Done``           reaching a top-level final state            report, notify a parent
-``BudgetExhausted``the ``max_rounds`` budget ran out           alert; position unchanged
+``BudgetExhausted``rounds, CPU or memory budget ran out       alert; position unchanged
 =================  ==========================================  ===========================
 """
 
@@ -170,10 +170,16 @@ class Done(_Stamp):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class BudgetExhausted(_Stamp):
-    """The drive ran ``rounds`` microstep rounds without settling; the position was not changed."""
+    """The drive ran out of budget; the position was not changed.
+
+    :ivar reason: ``"rounds"`` (``max_rounds`` microsteps without settling), ``"cpu"`` or
+        ``"memory"`` (the drive's :class:`~statebound.datamodel.budget.Budget`).
+    :ivar rounds: the microsteps it ran.
+    """
 
     rounds: int
     event: str | None = None
+    reason: str = "rounds"
 
 
 #: Any effect a drive can return.

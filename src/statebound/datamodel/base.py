@@ -15,6 +15,7 @@ import msgpack
 
 from ..chart.model import Chart, Expr
 from ..exceptions import EvaluationError, SerializationError
+from .budget import Budget
 
 __all__ = ["Datamodel", "Context", "EventView", "AttrDict", "SYSTEM_VARIABLES", "pack_vars",
            "unpack_vars", "check_serializable", "datamodel_for"]
@@ -176,8 +177,13 @@ class Datamodel(Protocol):
     name: str
 
     def open(self, variables: dict[str, Any], session_id: str, name: str,
-             ioprocessors: Mapping[str, Any], in_state: Callable[[str], bool]) -> Context:
-        """Open a context over ``variables`` (owned by the context from now on)."""
+             ioprocessors: Mapping[str, Any], in_state: Callable[[str], bool],
+             budget: Budget | None = None) -> Context:
+        """Open a context over ``variables`` (owned by the context from now on).
+
+        Every evaluation spends ``budget`` (see :mod:`statebound.datamodel.budget`): the
+        context checks it around each one and raises ``BudgetSpent`` when it runs out.
+        """
         ...
 
 

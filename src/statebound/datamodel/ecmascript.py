@@ -57,6 +57,7 @@ from ..chart.model import Assign, Chart, Expr, Foreach, If, Script
 from ..chart.xml import parse_xml
 from ..exceptions import EvaluationError, SerializationError
 from .base import SYSTEM_VARIABLES
+from .budget import Budget
 
 __all__ = ["EcmaScriptDatamodel", "EcmaScriptContext", "Limits", "DEFAULT_LIMITS", "set_limits",
            "get_limits", "set_default_limits", "BINDING"]
@@ -650,9 +651,10 @@ class EcmaScriptDatamodel:
         return get_limits(self.chart)
 
     def open(self, variables: dict[str, Any], session_id: str, name: str,
-             ioprocessors: Mapping[str, Any], in_state: Callable[[str], bool]) -> EcmaScriptContext:
+             ioprocessors: Mapping[str, Any], in_state: Callable[[str], bool],
+             budget: Budget | None = None) -> EcmaScriptContext:
         """Open a drive's context. The JS runtime is created on first use."""
-        return EcmaScriptContext(self, variables, session_id, name, ioprocessors, in_state)
+        return EcmaScriptContext(self, variables, session_id, name, ioprocessors, in_state, budget)
 
 
 class EcmaScriptContext:
@@ -660,6 +662,7 @@ class EcmaScriptContext:
 
     __slots__ = (
         "broken",
+        "budget",
         "call",
         "compiled",
         "dm",
@@ -679,8 +682,10 @@ class EcmaScriptContext:
     )
 
     def __init__(self, dm: EcmaScriptDatamodel, variables: dict[str, Any], session_id: str, name: str,
-                 ioprocessors: Mapping[str, Any], in_state: Callable[[str], bool]) -> None:
+                 ioprocessors: Mapping[str, Any], in_state: Callable[[str], bool],
+                 budget: Budget | None = None) -> None:
         self.dm = dm
+        self.budget = budget
         self.vars = variables
         self.session_id = session_id
         self.name = name
@@ -719,9 +724,25 @@ class EcmaScriptContext:
         return self.call
 
     def _invoke(self, *args: Any) -> Any:
+        return self._call(self.call, *args)
+
+    def _call(self, fn: Any, *args: Any) -> Any:
+        """Call into JS on the drive's budget (issue 10: the time cap alone was per evaluation).
+
+        The QuickJS time limit is set to what is left of the drive's CPU budget when that is
+        less than the per-evaluation cap; an interruption is then the budget's, and ends the
+        drive (``BudgetSpent``) instead of becoming ``error.execution``.
+        """
+        budget = self.budget
+        if budget is not None:
+            left = budget.remaining_s()  # raises BudgetSpent when nothing is left
+            cap = self.limits.time_ms / 1000.0
+            self.js.set_time_limit(cap if left is None or left >= cap else max(left, 0.001))
         try:
-            return self.call(*args)
+            return fn(*args)
         except Exception as exc:  # JSException, StackOverflow, conversion errors
+            if budget is not None:
+                budget.check()
             raise EvaluationError(self._binding_error(exc)) from None
 
     def _binding_error(self, exc: Exception) -> str:
@@ -737,7 +758,10 @@ class EcmaScriptContext:
     def _materialize(self) -> None:
         lim = self.limits
         js = quickjs.Context()
-        js.set_memory_limit(lim.memory_bytes)
+        heap = lim.memory_bytes
+        if self.budget is not None and self.budget.memory_bytes is not None:
+            heap = min(heap, self.budget.memory_bytes)
+        js.set_memory_limit(heap)
         js.set_max_stack_size(lim.stack_bytes)
         js.set_time_limit(lim.time_ms / 1000.0)
         self.js = js
@@ -806,6 +830,8 @@ class EcmaScriptContext:
     # ------------------------------------------------------------------ values out of JS
     def _result(self, r: Any, expr: Expr) -> Any:
         t = type(r)
+        if t is str and self.budget is not None:
+            self.budget.charge(len(r))  # values outlive the heap that made them (effects, events)
         if t is str:
             if r[:1] != "\x01":
                 self.last = _NOTHING
@@ -967,10 +993,9 @@ class EcmaScriptContext:
         if self.dump_cache is not None:
             return self.dump_cache
         try:
-            r = self.call("dump")
-        except Exception as exc:
-            raise SerializationError(f"the ECMAScript datamodel cannot be stored: {self._binding_error(exc)}") \
-                from None
+            r = self._call(self.call, "dump")
+        except EvaluationError as exc:
+            raise SerializationError(f"the ECMAScript datamodel cannot be stored: {exc}") from None
         if not isinstance(r, str) or r[:1] == "\x01":
             msg = r[2:] if isinstance(r, str) else repr(r)
             raise SerializationError(f"the ECMAScript datamodel cannot be stored: {msg}")

@@ -8,6 +8,7 @@ from typing import Any
 
 from ..chart.model import Chart, Expr
 from ..exceptions import EvaluationError
+from .budget import Budget
 
 __all__ = ["NullDatamodel"]
 
@@ -23,8 +24,9 @@ class NullDatamodel:
         self.chart = chart
 
     def open(self, variables: dict[str, Any], session_id: str, name: str,
-             ioprocessors: Mapping[str, Any], in_state: Callable[[str], bool]) -> NullContext:
-        """Open a context (variables are ignored: there are none)."""
+             ioprocessors: Mapping[str, Any], in_state: Callable[[str], bool],
+             budget: Budget | None = None) -> NullContext:
+        """Open a context (variables are ignored: there are none; ``In()`` costs no budget)."""
         return NullContext(in_state)
 
 

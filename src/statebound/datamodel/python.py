@@ -19,12 +19,14 @@ from __future__ import annotations
 import ast
 import builtins
 import string
+import sys
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from ..chart.model import Chart, Expr
 from ..exceptions import EvaluationError
 from .base import SYSTEM_VARIABLES, EventView, check_serializable
+from .budget import Budget
 
 __all__ = ["PythonDatamodel", "SAFE_BUILTINS"]
 
@@ -186,6 +188,56 @@ def _format_fields(receiver: ast.AST) -> str | None:
     return None
 
 
+#: Nodes that can run chart code again and again: only code holding one is traced.
+_REPEATING = (ast.While, ast.For, ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp, ast.Lambda,
+              ast.FunctionDef)
+
+
+def _repeats(tree: ast.AST) -> bool:
+    return any(isinstance(n, _REPEATING) for n in ast.walk(tree))
+
+
+class _Tracer:
+    """Spends the drive's budget on every line chart code runs (``sys.settrace``).
+
+    Only installed around code that can repeat (a loop, a comprehension, a lambda, a def),
+    and only chart frames are followed (their globals are the drive's namespace; reading
+    ``f_code`` instead would raise an audit event per call), so straight-line expressions
+    pay nothing. When the
+    budget runs out, ``tick`` raises ``BudgetSpent`` inside the chart's frame; CPython then
+    drops the tracer, which is why the compiler refuses every way of running chart code
+    while that exception unwinds (``finally``, ``with``, bare or computed ``except``).
+    What this cannot stop is one long call into C: ``10**10**10``, ``sum(range(10**12))``,
+    ``'x' * 10**10``. See ``docs/security.md``.
+    """
+
+    __slots__ = ("ns", "tick")
+
+    def __init__(self, budget: Budget, ns: dict[str, Any]) -> None:
+        self.tick = budget.tick
+        self.ns = ns
+
+    def __call__(self, frame: Any, event: str, arg: Any) -> Any:
+        if frame.f_globals is self.ns:
+            self.tick()
+            return self.line
+        return None
+
+    def line(self, frame: Any, event: str, arg: Any) -> Any:
+        if event == "line":
+            self.tick()
+        return self.line
+
+
+class _Repeating:
+    """Compiled code that can loop, to run under the tracer (a code object is slow to hash)."""
+
+    __slots__ = ("code",)
+
+    def __init__(self, code: Any) -> None:
+        self.code = code
+
+
 class _Failed:
     """Stands in for an expression that did not compile; fails when evaluated."""
 
@@ -210,6 +262,10 @@ class PythonDatamodel:
         self.chart = chart
         self.code: list[Any] = [self._compile(e) for e in chart.expressions]
 
+    @staticmethod
+    def _register(code: Any, tree: ast.AST) -> Any:
+        return _Repeating(code) if _repeats(tree) else code
+
     def _compile(self, e: Expr) -> Any:
         src = e.src.strip() if e.kind != "script" else e.src
         mode = "exec" if e.kind == "script" else "eval"
@@ -228,20 +284,21 @@ class PythonDatamodel:
             if not isinstance(body, (ast.Name, ast.Attribute, ast.Subscript)):
                 return _Failed(f"{e.src!r} is not an assignable location")
             root = _root_name(body)
-            load = compile(ast.Expression(body=body), where, "eval")
+            load = self._register(compile(ast.Expression(body=body), where, "eval"), body)
             if isinstance(body, ast.Name):
                 return ("name", body.id, None, load)
             stmt = ast.Module(body=[ast.Assign(targets=[ast.fix_missing_locations(
                 _as_store(body))], value=ast.Name(id="_sb_value", ctx=ast.Load()), lineno=1)],  # type: ignore[list-item]
                 type_ignores=[])
             ast.fix_missing_locations(stmt)
-            return ("path", root, compile(stmt, where, "exec"), load)
-        return compile(tree, where, mode)  # type: ignore[call-overload]
+            return ("path", root, self._register(compile(stmt, where, "exec"), stmt), load)
+        return self._register(compile(tree, where, mode), tree)  # type: ignore[call-overload]
 
     def open(self, variables: dict[str, Any], session_id: str, name: str,
-             ioprocessors: Mapping[str, Any], in_state: Callable[[str], bool]) -> PythonContext:
+             ioprocessors: Mapping[str, Any], in_state: Callable[[str], bool],
+             budget: Budget | None = None) -> PythonContext:
         """Open a drive's context; ``variables`` is taken over (not copied)."""
-        return PythonContext(self, variables, session_id, name, ioprocessors, in_state)
+        return PythonContext(self, variables, session_id, name, ioprocessors, in_state, budget)
 
 
 def _as_store(node: ast.AST) -> ast.AST:
@@ -252,11 +309,13 @@ def _as_store(node: ast.AST) -> ast.AST:
 class PythonContext:
     """One drive's namespace. See :class:`statebound.datamodel.base.Context`."""
 
-    __slots__ = ("_system", "code", "ns")
+    __slots__ = ("_system", "budget", "code", "ns")
 
     def __init__(self, dm: PythonDatamodel, variables: dict[str, Any], session_id: str, name: str,
-                 ioprocessors: Mapping[str, Any], in_state: Callable[[str], bool]) -> None:
+                 ioprocessors: Mapping[str, Any], in_state: Callable[[str], bool],
+                 budget: Budget | None = None) -> None:
         self.code = dm.code
+        self.budget = budget
         ns = variables
         ns["__builtins__"] = SAFE_BUILTINS
         ns["_sessionid"] = session_id
@@ -273,13 +332,29 @@ class PythonContext:
             raise EvaluationError(c.message)
         return c
 
+    def _traced(self, run: Callable[..., Any], c: _Repeating) -> Any:
+        """``eval``/``exec`` code that can loop, under the budget's tracer.
+
+        Straight-line code runs untraced (see :meth:`evaluate`): the interpreter ticks the
+        budget around it, so one long call into C (a huge power, a huge sum) is seen right
+        after it returns.
+        """
+        if self.budget is None:
+            return run(c.code, self.ns)
+        previous = sys.gettrace()
+        sys.settrace(_Tracer(self.budget, self.ns))
+        try:
+            return run(c.code, self.ns)
+        finally:
+            sys.settrace(previous)
+
     def evaluate(self, expr: Expr) -> Any:
         """Evaluate an expression in the namespace."""
         c = self._code(expr)
         if type(c) is tuple:  # a location read as a value (namelist, <param location>)
             c = c[3]
         try:
-            return eval(c, self.ns)
+            return eval(c, self.ns) if type(c) is not _Repeating else self._traced(eval, c)
         except Exception as exc:
             raise EvaluationError(f"{expr.src!r}: {type(exc).__name__}: {exc}") from None
 
@@ -311,7 +386,7 @@ class PythonContext:
             return
         self.ns["_sb_value"] = value
         try:
-            exec(code, self.ns)
+            exec(code, self.ns) if type(code) is not _Repeating else self._traced(exec, code)
         except Exception as exc:
             raise EvaluationError(f"cannot assign to {location.src!r}: {type(exc).__name__}: {exc}") from None
         finally:
@@ -329,7 +404,7 @@ class PythonContext:
         ns = self.ns
         before = dict(ns)
         try:
-            exec(c, ns)
+            exec(c, ns) if type(c) is not _Repeating else self._traced(exec, c)
         except Exception as exc:
             # roll back what it bound so far: it may have bound an unstorable value or a
             # system variable, and the checks below never run for a failed script

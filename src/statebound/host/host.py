@@ -31,12 +31,13 @@ from urllib.parse import quote, quote_plus, unquote, urlencode
 
 from ..chart.compiler import compile_content_child, compile_src_child
 from ..chart.model import Chart
+from ..datamodel.budget import DEFAULT_CPU_MS, DEFAULT_MEMORY_BYTES, Budget
 from ..effects import (Autoforward, BudgetExhausted, Cancel, CancelInvoke, Done, Invoke, Log, Send,
                        SendDelayed)
 from ..events import BASICHTTP_PROCESSOR, SCXML_PROCESSOR, Event
-from ..exceptions import (ChartError, ConflictError, IdempotencyKeyReused, InstanceExists, InstanceNotFound,
-                          InstanceSuspended,
-                          NotRunning, PositionError, StateboundError, UnknownChart)
+from ..exceptions import (BudgetExceeded, ChartError, ConflictError, IdempotencyKeyReused, InstanceExists,
+                          InstanceNotFound, InstanceSuspended, NotRunning, PositionError, StateboundError,
+                          UnknownChart)
 from ..interpreter import Interpreter, Position
 from ..interpreter.state import RUNNING
 from ..position import read_header
@@ -72,6 +73,12 @@ class Host:
     :param store: the backend; a fresh :class:`MemoryStore` by default.
     :param clock: time source for timer due dates; :class:`SystemClock` by default.
     :param max_rounds: the interpreter's microstep budget per drive.
+    :param max_cpu_ms: CPU budget of one call (``start``, ``send``, a fire), shared by every
+        drive it makes; when it runs out, the drive at work ends with ``BudgetExhausted``
+        (position unchanged) and the call's undelivered events are kept as timer rows due
+        now. ``None`` for none.
+    :param max_memory_bytes: bytes of values one call's drives may bring out of their
+        datamodels, and the ECMAScript heap cap (``None`` for none).
     :param max_deliveries: events one host call may process (its own plus routed ones);
         any left over are written as timer rows due now, so nothing is lost.
     :param max_conflict_retries: reload-and-retry attempts on a version conflict.
@@ -109,7 +116,9 @@ class Host:
     """
 
     def __init__(self, charts: Iterable[Chart] = (), store: Store | None = None, clock: Clock | None = None, *,
-                 max_rounds: int = 10_000, max_deliveries: int = 1_000, max_conflict_retries: int = 12,
+                 max_rounds: int = 10_000, max_cpu_ms: int | None = DEFAULT_CPU_MS,
+                 max_memory_bytes: int | None = DEFAULT_MEMORY_BYTES,
+                 max_deliveries: int = 1_000, max_conflict_retries: int = 12,
                  conflict_backoff_s: float = 0.001,
                  max_attempts: int = 5, backoff_ms: int = 1_000, codec: str = "msgpack",
                  on_log: Any = None, node_id: str | None = None,
@@ -121,6 +130,9 @@ class Host:
         self.store: Store = store if store is not None else MemoryStore()
         self.clock: Clock = clock if clock is not None else SystemClock()
         self.max_rounds = max_rounds
+        Budget(max_cpu_ms, max_memory_bytes)  # refuse bad limits at construction
+        self.max_cpu_ms = max_cpu_ms
+        self.max_memory_bytes = max_memory_bytes
         self.max_deliveries = max_deliveries
         self.max_conflict_retries = max_conflict_retries
         self.conflict_backoff_s = conflict_backoff_s
@@ -570,12 +582,14 @@ class Host:
     def _run(self, fn: Any, *, creating: str | None = None, completion: Any = None,
              retry_create: bool = False) -> Any:
         last: ConflictError | None = None
+        # one budget for the call, retries included: a retry re-runs the same drives
+        budget = Budget(self.max_cpu_ms, self.max_memory_bytes).start()
         for attempt in range(self.max_conflict_retries):
             if attempt:
                 # Writers that collided retry at once and collide again; a random pause,
                 # growing with each attempt, spreads them out (full jitter).
                 time.sleep(self._random.uniform(0, min(self.conflict_backoff_s * (2 ** attempt), 0.25)))
-            u = _Unit()
+            u = _Unit(budget=budget)
             result = fn(u)
             commit = self._build_commit(u, completion(result) if completion else None)
             try:
@@ -679,16 +693,18 @@ class Host:
                                       "invokeid": invokeid}
         u.entries[instance_id] = e
         seed = self._stamp(u, Position(interp.chart, instance_id, RUNNING, ()))
+        u.starts += 1
         pos, effects = interp.start(instance_id, data, parent=parent, invokeid=invokeid, routes=seed.routes,
                                     ioprocessors=seed.ioprocessors, caller_context=caller_context,
-                                    only_declared=parent is not None, invokers=seed.invokers)
+                                    only_declared=parent is not None, invokers=seed.invokers,
+                                    budget=u.budget)
         e.position, e.dirty = pos, True
         self.metrics["drives"] += 1
         self._apply(u, instance_id, effects, caller_context)
 
     def _drain(self, u: _Unit) -> None:
         while u.queue:
-            if u.deliveries >= self.max_deliveries:
+            if u.deliveries >= self.max_deliveries or (u.budget is not None and u.budget.spent):
                 self._spill(u)
                 return
             iid, ev, ctx = u.queue.popleft()
@@ -702,8 +718,14 @@ class Host:
             if e.steps is not None:
                 e.steps.append({"event": ev.to_dict()} if ctx is None else {"event": ev.to_dict(), "context": ctx})
             interp = self._interpreters[e.position.chart.identity]
-            pos, effects = interp.drive(e.position, ev, caller_context=ctx)
+            pos, effects = interp.drive(e.position, ev, caller_context=ctx, budget=u.budget)
             self.metrics["drives"] += 1
+            if u.deliveries + u.starts > 1 and pos is e.position and _out_of_budget(effects):
+                # Earlier drives of this call spent the budget: this event is not to blame,
+                # so it waits (as a row due now) for a call with a budget of its own.
+                u.queue.appendleft((iid, ev, ctx))
+                self._spill(u)
+                return
             if pos is not e.position:
                 e.position, e.dirty = pos, True
             self._apply(u, iid, effects, ctx)
@@ -805,8 +827,8 @@ class Host:
                     log.info("[%s] %s: %r", iid, eff.label, eff.value)
             elif t is BudgetExhausted:
                 self.metrics["budget_exhausted"] += 1
-                log.warning("instance %r: event %r exhausted the %d-round budget; position unchanged",
-                            iid, eff.event, eff.rounds)
+                log.warning("instance %r: event %r exhausted the %s budget after %d rounds; position unchanged",
+                            iid, eff.event, eff.reason, eff.rounds)
 
     def _route(self, iid: str, pos: Position, target: str | None, eff: Any) -> tuple[str | None, Event]:
         """Resolve a send target to an instance id and the event it receives."""
@@ -854,6 +876,8 @@ class Host:
     def _invoke(self, u: _Unit, iid: str, pos: Position, eff: Invoke, ctx: Any) -> None:
         chart = eff.chart
         try:
+            if chart is None and u.budget is not None and u.budget.spent:  # compiling costs CPU too
+                raise ChartError("the call's CPU budget is spent; no chart was compiled")
             # Run-time children are loaded under the parent's policy: its src containment, and
             # an untrusted parent's children are untrusted too.
             if chart is None and eff.content is not None:
@@ -872,7 +896,13 @@ class Host:
             return
         if self._revisions.get(chart.name, {}).get(chart.identity) is None:
             self.register(chart)
-        self._start_instance(u, child_instance_id(iid, eff.invokeid), chart, eff.data, iid, eff.invokeid, ctx)
+        cid = child_instance_id(iid, eff.invokeid)
+        try:
+            self._start_instance(u, cid, chart, eff.data, iid, eff.invokeid, ctx)
+        except BudgetExceeded as exc:  # the child did not settle, or the call's budget ran out
+            u.entries.pop(cid, None)
+            u.queue.append((iid, Event("error.execution", {"message": f"invoke {eff.invokeid!r}: {exc}"},
+                                       "platform"), ctx))
 
     def _delete_instance(self, u: _Unit, iid: str) -> None:
         e = self._load(u, iid)
@@ -893,6 +923,10 @@ class Host:
         if len(e.refs) != before:
             e.dirty = True
 
+
+
+def _out_of_budget(effects: tuple[Any, ...]) -> bool:
+    return len(effects) == 1 and type(effects[0]) is BudgetExhausted and effects[0].reason != "rounds"
 
 
 def _bump_ordinal(pos: Position) -> Position:

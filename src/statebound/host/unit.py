@@ -10,6 +10,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..datamodel.budget import Budget
 from ..interpreter import Position
 from .store import KeyRecord, PositionRecord, TimerKey, TimerRef, TimerRow
 
@@ -69,6 +70,10 @@ class Unit:
     answered: set[tuple[str, str]] = field(default_factory=set)
     #: the host call this unit runs, for its history records: op, instance, key or timer
     call: dict[str, Any] = field(default_factory=dict)
+    #: CPU and memory of the whole call, shared by all its drives (see datamodel/budget.py)
+    budget: Budget | None = None
+    #: sessions started in this unit (drives that deliveries does not count)
+    starts: int = 0
 
 
 class AlreadyDone(Exception):

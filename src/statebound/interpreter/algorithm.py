@@ -33,6 +33,10 @@ Deviations, with their reasons:
 * **Round budget.** ``max_rounds`` bounds the microsteps of one drive. A chart that
   never settles (``<transition event="e"><raise event="e"/>``...) returns the untouched
   position and a ``BudgetExhausted`` effect instead of hanging the host.
+* **CPU and memory budget.** The loops whose work grows with the chart (and faster than
+  linearly, for some hostile shapes) call ``self.tick()``; the datamodel's
+  :class:`~statebound.datamodel.budget.Budget` reads the clock, never this module. A spent
+  budget raises ``BudgetSpent`` and the drive ends like an exhausted round budget.
 * **Caches.** Transition selection and microstep plans depend only on the configuration,
   the event name and (for conditions) the datamodel; what depends on neither conditions
   nor history values is computed once per chart and reused.
@@ -49,6 +53,7 @@ from collections import deque
 from typing import Any
 
 from ..chart.model import Chart, StateNode, Transition
+from ..datamodel.budget import Budget
 from ..events import Event
 from .content import ContentMixin
 from .state import ArmedTimeout, Invocation
@@ -59,6 +64,10 @@ __all__ = ["Machine", "OutOfRounds", "CACHE_LIMIT"]
 class OutOfRounds(Exception):
     """Internal: the round budget ran out (the drive is abandoned)."""
 
+
+#: Ticks between two checks of the budget's clock.
+_TICKS = 16
+_NO_LIMIT = 1 << 62
 
 #: Entries per cache before it is emptied: event names come from outside, so no cache
 #: keyed by them may grow without bound.
@@ -83,7 +92,7 @@ class Machine(ContentMixin):
                  session_id: str, macrostep: int, send_counter: int, ordinal: int, invoke_counter: int,
                  invocations: list[Invocation], initialized: set[int], parent: str | None,
                  timeouts: dict[tuple[int, str], ArmedTimeout], routes: Any, max_rounds: int,
-                 caller_context: Any, now_hint: Any = None) -> None:
+                 caller_context: Any, now_hint: Any = None, budget: Budget | None = None) -> None:
         self.chart = chart
         self.states: tuple[StateNode, ...] = chart.states
         self.ctx = ctx
@@ -101,6 +110,9 @@ class Machine(ContentMixin):
         self.routes = routes
         self.max_rounds = max_rounds
         self.caller_context = caller_context
+        self.budget = budget
+        self.ticks = _TICKS     # work left before the next read of the budget's clock
+        self.max_items = budget.max_items if budget is not None and budget.max_items is not None else _NO_LIMIT
         self.internal: deque[Event] = deque()
         self.effects: list[Any] = []
         self.states_to_invoke: set[int] = set()
@@ -118,6 +130,31 @@ class Machine(ContentMixin):
         self.ioprocessors: Any = None
         self.invokers: Any = None
         self.start_data: dict[str, Any] | None = None
+
+    def tick(self) -> None:
+        """A unit of work was done: read the budget's clock once every few (it costs a syscall)."""
+        self.ticks -= 1
+        if self.ticks <= 0:
+            self.tock()
+
+    def tock(self) -> None:
+        """Check the budget now; ``BudgetSpent`` if it has run out."""
+        self.ticks = _TICKS
+        if self.budget is not None:
+            self.budget.check()
+
+    def check_items(self) -> None:
+        """Spend a tick, and bound the events and effects this drive holds (its memory budget).
+
+        Called per microstep and per ``<foreach>`` iteration: between two calls one block of
+        executable content runs, and the chart's element limit bounds how much it can queue.
+        """
+        self.ticks -= 1
+        if self.ticks <= 0:
+            self.tock()
+        if len(self.internal) + len(self.effects) > self.max_items:
+            assert self.budget is not None
+            self.budget.check_items(len(self.internal) + len(self.effects))
 
     # ------------------------------------------------------------------ main loop
     def start(self) -> None:
@@ -233,10 +270,12 @@ class Machine(ContentMixin):
         """Per atomic state, the candidate transitions (state then ancestors, document order)."""
         out = []
         states = self.states
+        tick = self.tick
         for s in config:
             node = states[s]
             if not node.is_atomic:
                 continue
+            tick()
             chain = []
             for anc in (s, *node.ancestors):
                 for t in states[anc].transitions:
@@ -278,6 +317,7 @@ class Machine(ContentMixin):
             to_remove = []
             exit1 = self.compute_exit_set([t1], uses_history)
             for t2 in filtered:
+                self.tick()
                 if exit1 & self.compute_exit_set([t2], uses_history):
                     if self.states[t1.source].is_descendant_of(self.states[t2.source]):
                         to_remove.append(t2)
@@ -298,6 +338,7 @@ class Machine(ContentMixin):
         self.microstep_no += 1
         if self.microstep_no > self.max_rounds:
             raise OutOfRounds()
+        self.check_items()
         self.ordinal_at_microstep = self.ordinal
         self.exit_states(enabled)
         self.execute_transition_content(enabled)
@@ -346,6 +387,7 @@ class Machine(ContentMixin):
         states = self.states
         if records_history:
             for s in to_exit:
+                self.tick()
                 node = states[s]
                 for h in node.histories:
                     hnode = states[h]
@@ -370,6 +412,7 @@ class Machine(ContentMixin):
         out: set[int] = set()
         states = self.states
         for t in transitions:
+            self.tick()
             if t.targets:
                 domain = self.get_transition_domain(t, uses_history)
                 if domain is None:
@@ -406,6 +449,7 @@ class Machine(ContentMixin):
             if node.timeouts:
                 self.arm_timeouts(node)
             if node.kind == "final":
+                self.tick()  # is_in_final_state below walks the parallel's children each time
                 if node.parent == 0:
                     self.running = False
                 else:
@@ -430,6 +474,7 @@ class Machine(ContentMixin):
     def add_descendant_states_to_enter(self, s: int, to_enter: list[int], default_entry: set[int],
                                        default_history: dict[int, Any], uses_history: list[bool]) -> None:
         """``addDescendantStatesToEnter``."""
+        self.tick()
         node = self.states[s]
         if node.kind == "history":
             uses_history[0] = True
@@ -472,6 +517,7 @@ class Machine(ContentMixin):
                                      uses_history: list[bool]) -> None:
         """``addAncestorStatesToEnter``."""
         for anc in self.get_proper_ancestors(s, ancestor):
+            self.tick()
             if anc not in to_enter:
                 to_enter.append(anc)
             node = self.states[anc]
@@ -525,6 +571,7 @@ class Machine(ContentMixin):
         """``getEffectiveTargetStates``: history states replaced by what they stand for."""
         out: list[int] = []
         for s in t.targets:
+            self.tick()
             node = self.states[s]
             if node.kind == "history":
                 uses_history[0] = True

@@ -46,6 +46,7 @@ class ContentMixin:
     internal: Any
     effects: list[Any]
     running: bool
+    ticks: int
 
     # ------------------------------------------------------------------ helpers
     def stamp(self) -> dict[str, int]:
@@ -87,6 +88,9 @@ class ContentMixin:
 
     def execute_action(self, a: Action, owner: int) -> None:
         """Run one action; an ``EvaluationError`` propagates to the enclosing block."""
+        self.ticks -= 1  # the budget, inline: this is the hottest call in a drive
+        if self.ticks <= 0:
+            self.tock()  # type: ignore[attr-defined]
         t = type(a)
         ctx = self.ctx
         if t is Assign:
@@ -128,6 +132,7 @@ class ContentMixin:
             if loc is not None and not ctx.is_declared(loc):
                 ctx.declare(loc.src.strip(), None)
         for i, v in enumerate(items):
+            self.check_items()  # type: ignore[attr-defined]
             ctx.assign(a.item, v)
             if a.index is not None:
                 ctx.assign(a.index, i)

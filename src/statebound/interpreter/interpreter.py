@@ -12,6 +12,7 @@ from typing import Any
 
 from ..chart.model import Chart
 from ..datamodel.base import SYSTEM_VARIABLES, check_serializable, datamodel_for, pack_vars, unpack_vars
+from ..datamodel.budget import DEFAULT_CPU_MS, DEFAULT_MEMORY_BYTES, Budget, BudgetSpent
 from ..effects import BudgetExhausted, Effect
 from ..events import SCXML_PROCESSOR, Event
 from ..exceptions import (BudgetExceeded, ChartIdentityMismatch, EvaluationError, NotRunning,
@@ -57,15 +58,23 @@ class Interpreter:
     :param chart: the compiled chart.
     :param max_rounds: microstep budget per drive; when exhausted the drive returns the
         unchanged position and one :class:`~statebound.effects.BudgetExhausted`.
+    :param max_cpu_ms: CPU budget per drive, across every evaluation and round (``None``:
+        none); exhausted, the drive ends the same way, with ``reason="cpu"``.
+    :param max_memory_bytes: bytes of values one drive may bring out of its datamodel, and
+        the ECMAScript heap cap (``None``: none); exhausted, ``reason="memory"``.
     """
 
-    def __init__(self, chart: Chart, *, max_rounds: int = 10_000) -> None:
+    def __init__(self, chart: Chart, *, max_rounds: int = 10_000, max_cpu_ms: int | None = DEFAULT_CPU_MS,
+                 max_memory_bytes: int | None = DEFAULT_MEMORY_BYTES) -> None:
         if not isinstance(chart, Chart):
             raise TypeError(f"Interpreter needs a Chart, not {type(chart).__name__}")
         if max_rounds < 1:
             raise ValueError("max_rounds must be at least 1")
+        Budget(max_cpu_ms, max_memory_bytes)  # refuse bad limits now, not at the first drive
         self.chart = chart
         self.max_rounds = max_rounds
+        self.max_cpu_ms = max_cpu_ms
+        self.max_memory_bytes = max_memory_bytes
         self._dm = datamodel_for(chart)
         self._by_id = chart._by_id
         self._declared = frozenset(d.id for s in chart.states for d in s.data)
@@ -76,7 +85,8 @@ class Interpreter:
     def start(self, session_id: str = "session", data: Mapping[str, Any] | None = None, *,
               parent: str | None = None, invokeid: str | None = None, routes: Any = None,
               ioprocessors: Mapping[str, Any] | None = None, caller_context: Any = None,
-              only_declared: bool = False, invokers: Any = None) -> tuple[Position, tuple[Effect, ...]]:
+              only_declared: bool = False, invokers: Any = None,
+              budget: Budget | None = None) -> tuple[Position, tuple[Effect, ...]]:
         """Start a session: initialise the datamodel, enter the initial configuration.
 
         :param session_id: the ``_sessionid`` (hosts use the instance id).
@@ -87,8 +97,11 @@ class Interpreter:
         :param only_declared: ignore ``data`` keys the chart does not declare (what an
             ``<invoke>`` needs: SCXML passes only values whose names the child declares).
         :param routes, ioprocessors, invokers: the per-driver fields (see :class:`Position`).
+        :param budget: the CPU and memory budget to spend (a host shares one across the
+            drives of a call); a fresh one from the interpreter's limits by default.
         :return: the first position and the effects of the initial macrostep.
-        :raises BudgetExceeded: the chart did not settle within ``max_rounds``.
+        :raises BudgetExceeded: the chart did not settle within ``max_rounds``, or ran out of
+            its CPU or memory budget.
         """
         if data and only_declared:
             declared = self._declared
@@ -96,7 +109,8 @@ class Interpreter:
         start_data = _check_start_data(data)
         seed = Position(self.chart, session_id, RUNNING, (), parent=parent, invokeid=invokeid,
                         routes=routes, ioprocessors=ioprocessors, invokers=invokers)
-        m = self._machine(seed, {}, caller_context, macrostep=0)
+        budget = self._budget(budget)
+        m = self._machine(seed, {}, caller_context, macrostep=0, budget=budget)
         m.start_data = start_data
         try:
             m.start()
@@ -104,10 +118,12 @@ class Interpreter:
         except OutOfRounds:
             raise BudgetExceeded(f"chart {self.chart.name!r} did not settle within {self.max_rounds} "
                                  "microsteps while starting") from None
+        except BudgetSpent as exc:
+            raise BudgetExceeded(f"chart {self.chart.name!r} could not start: {exc}") from None
         return self._finish(seed, m, packed)
 
-    def drive(self, position: Position, event: Event | str, *,
-              caller_context: Any = None) -> tuple[Position, tuple[Effect, ...]]:
+    def drive(self, position: Position, event: Event | str, *, caller_context: Any = None,
+              budget: Budget | None = None) -> tuple[Position, tuple[Effect, ...]]:
         """Process one external event: one macrostep of the W3C algorithm.
 
         :param position: the current position (never modified).
@@ -115,6 +131,7 @@ class Interpreter:
             cancels the session: every state is exited (onexit runs, invocations and timeouts
             are cancelled) and the status becomes ``cancelled``.
         :param caller_context: an opaque host value copied onto the effects it causes.
+        :param budget: as for :meth:`start`.
         :return: ``(new_position, effects)``.
         :raises NotRunning: if the position has halted.
         """
@@ -129,7 +146,7 @@ class Interpreter:
         if type(event) is str:
             if event and not position.timeouts and \
                     (not position.invocations or not any(i.autoforward for i in position.invocations)):
-                fast = self._static_lookup(position.states, event)
+                fast, budget = self._static_lookup(position.states, event, budget)
                 if fast is not None:
                     return advance(position, fast), ()
             ev = _as_event(event)
@@ -137,10 +154,11 @@ class Interpreter:
             ev = _as_event(event)
             if not ev.is_cancel and not position.timeouts and \
                     (not position.invocations or self._quiet_invocations(position, ev)):
-                fast = self._static_lookup(position.states, ev.name)
+                fast, budget = self._static_lookup(position.states, ev.name, budget)
                 if fast is not None:
                     return advance(position, fast), ()
-        m = self._machine(position, None, caller_context, macrostep=position.macrostep + 1)
+        budget = self._budget(budget)
+        m = self._machine(position, None, caller_context, macrostep=position.macrostep + 1, budget=budget)
         try:
             m.process_external(ev)
             packed = self._settle_data(m, None, position.data)
@@ -148,23 +166,43 @@ class Interpreter:
             return position, (BudgetExhausted(rounds=self.max_rounds, event=ev.name,
                                               macrostep=position.macrostep + 1, microstep=m.microstep_no,
                                               round=m.round_no),)
+        except BudgetSpent as exc:
+            return position, (BudgetExhausted(rounds=m.microstep_no, event=ev.name, reason=exc.reason,
+                                              macrostep=position.macrostep + 1, microstep=m.microstep_no,
+                                              round=m.round_no),)
         return self._finish(position, m, packed)
 
+    def _budget(self, budget: Budget | None) -> Budget:
+        if budget is None:
+            return Budget.unchecked(self.max_cpu_ms, self.max_memory_bytes)
+        if not isinstance(budget, Budget):
+            raise TypeError(f"budget must be a Budget, not {type(budget).__name__}")
+        return budget.start()
+
     # ------------------------------------------------------------------ the static fast path
-    def _static_lookup(self, states: tuple[int, ...], name: str) -> tuple[int, ...] | None:
-        """The cached :meth:`_static_step` answer for (configuration, event name)."""
+    def _static_lookup(self, states: tuple[int, ...], name: str,
+                       budget: Budget | None) -> tuple[tuple[int, ...] | None, Budget | None]:
+        """The cached :meth:`_static_step` answer for (configuration, event name), and the budget.
+
+        Working the answer out spends the drive's budget (created here when none was given:
+        a hit costs no budget at all), because a hostile configuration makes it expensive.
+        """
         key = (states, name)
         fast = self._static.get(key, _UNKNOWN)
         if fast is _UNKNOWN:
-            fast = self._static_step(states, name)
+            budget = self._budget(budget)
+            try:
+                fast = self._static_step(states, name, budget)
+            except BudgetSpent:
+                return None, budget  # not cached; the full drive runs out of the same budget
             _put(self._static, key, fast)
-        return fast  # type: ignore[return-value]
+        return fast, budget  # type: ignore[return-value]
 
     @staticmethod
     def _quiet_invocations(pos: Position, ev: Event) -> bool:
         return ev.invokeid is None and not any(i.autoforward for i in pos.invocations)
 
-    def _static_step(self, states: tuple[int, ...], name: str) -> tuple[int, ...] | None:
+    def _static_step(self, states: tuple[int, ...], name: str, budget: Budget) -> tuple[int, ...] | None:
         """The configuration a macrostep reaches when nothing in it can vary, else ``None``.
 
         "Nothing can vary" means: the selected transitions have no conditions, and no state
@@ -173,7 +211,7 @@ class Interpreter:
         transitions. Such a macrostep depends only on (configuration, event name), so the
         answer is computed once per chart and the drive is a lookup.
         """
-        m = self._machine(Position(self.chart, "static", RUNNING, states), {}, None, macrostep=0)
+        m = self._machine(Position(self.chart, "static", RUNNING, states), {}, None, macrostep=0, budget=budget)
         chains = m._chains(states, name)
         if any(chain[0].cond is not None for chain in chains):
             return None
@@ -213,7 +251,7 @@ class Interpreter:
         return iop
 
     def _machine(self, pos: Position, variables: dict[str, Any] | None, caller_context: Any,
-                 macrostep: int) -> Machine:
+                 macrostep: int, budget: Budget | None = None) -> Machine:
         config = set(pos.states)
         by_id = self._by_id
 
@@ -222,13 +260,13 @@ class Interpreter:
             return i is not None and i in config
 
         ctx = self._dm.open(unpack_vars(pos.data) if variables is None else variables, pos.session_id,
-                            self.chart.name, self._ioprocessors(pos), in_state)
+                            self.chart.name, self._ioprocessors(pos), in_state, budget)
         m = Machine(self.chart, ctx, config=config, history=dict(pos.history), session_id=pos.session_id,
                     macrostep=macrostep, send_counter=pos.send_counter, ordinal=pos.ordinal,
                     invoke_counter=pos.invoke_counter, invocations=list(pos.invocations),
                     initialized=set(pos.initialized), parent=pos.parent,
                     timeouts={(t.state, t.name): t for t in pos.timeouts}, routes=pos.routes,
-                    max_rounds=self.max_rounds, caller_context=caller_context)
+                    max_rounds=self.max_rounds, caller_context=caller_context, budget=budget)
         m.ioprocessors = pos.ioprocessors
         m.invokers = pos.invokers
         return m
