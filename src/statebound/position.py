@@ -34,7 +34,7 @@ from typing import Any
 import msgpack
 
 from .chart.model import Chart, StateNode
-from .datamodel.base import pack_vars, unpack_vars
+from .datamodel.base import check_stored, pack_vars, unpack_vars
 from .exceptions import (
     ChartIdentityMismatch,
     CorruptPosition,
@@ -395,11 +395,15 @@ def _seq(v: Any, what: str) -> list[Any] | tuple[Any, ...]:
     return v
 
 
-def _check_data(data: bytes) -> None:
+def _check_data(data: bytes, chart: Chart) -> None:
     # Decoding once here means pos.datamodel and the next drive can never fail on it.
-    vars_ = msgpack.unpackb(data, raw=False, strict_map_key=False)
-    if type(vars_) is not dict or any(type(k) is not str for k in vars_):
-        raise _bad("datamodel is not a map of variable names")
+    _check_vars(msgpack.unpackb(data, raw=False, strict_map_key=False), chart)
+
+
+def _check_vars(vars_: Any, chart: Chart) -> None:
+    why = check_stored(chart.datamodel, vars_)
+    if why is not None:
+        raise _bad(f"datamodel does not fit chart {chart.name!r} ({chart.datamodel}): {why}")
 
 
 def _build(chart: Chart, f: list[Any], cbor: bool) -> Position:
@@ -420,6 +424,7 @@ def _build(chart: Chart, f: list[Any], cbor: bool) -> Position:
         if raw is None:
             data = b""
         elif type(raw) is dict and all(type(k) is str for k in raw):
+            _check_vars(raw, chart)
             try:
                 data = pack_vars(raw)
             except SerializationError as exc:
@@ -432,7 +437,7 @@ def _build(chart: Chart, f: list[Any], cbor: bool) -> Position:
         elif type(raw) is bytes:
             data = raw
             if data:
-                _check_data(data)
+                _check_data(data, chart)
         else:
             raise _bad("datamodel must be msgpack bytes")
 
@@ -673,8 +678,12 @@ def _import(data: Mapping[str, Any], chart: Chart) -> Position:
     session_id = data["session_id"]
     if type(session_id) is not str:
         raise MigrationError(chart, problems=("session_id must be a string",))
+    values = dict(data.get("datamodel") or {})
+    why = check_stored(chart.datamodel, values)
+    if why is not None:
+        raise MigrationError(chart, problems=(f"datamodel: {why}",))
     try:
-        packed = pack_vars(dict(data.get("datamodel") or {}))
+        packed = pack_vars(values)
     except SerializationError as exc:
         raise MigrationError(chart, problems=(str(exc),)) from None
     c = dict(data.get("counters") or {})

@@ -18,7 +18,7 @@ from ..exceptions import EvaluationError, SerializationError
 from .budget import Budget
 
 __all__ = ["Datamodel", "Context", "EventView", "AttrDict", "SYSTEM_VARIABLES", "pack_vars",
-           "unpack_vars", "check_serializable", "datamodel_for"]
+           "unpack_vars", "check_serializable", "check_stored", "datamodel_for"]
 
 #: Names an expression can read but never assign.
 SYSTEM_VARIABLES = frozenset({"_event", "_sessionid", "_name", "_ioprocessors", "_x", "In"})
@@ -129,6 +129,47 @@ def check_serializable(value: Any, what: str = "value") -> None:
         _roundtrip(value)
     except (TypeError, ValueError, OverflowError) as exc:
         raise EvaluationError(f"{what} cannot be stored in the datamodel (msgpack): {exc}") from None
+
+
+_JSON_SCALARS = (str, int, float, bool, type(None))
+_PY_SCALARS = (str, int, float, bool, type(None), bytes)
+
+
+def check_stored(datamodel: str, values: Any) -> str | None:
+    """Why ``values`` (decoded from a position, an export or start data) cannot be the
+    variables of a chart on ``datamodel``, or ``None`` when they can.
+
+    A blob is outside data: msgpack alone would let ``bin``, ``ExtType`` or ``Timestamp``
+    values into an ecmascript datamodel, and the next drive would fail far from the cause.
+    The python datamodel keeps msgpack's plain types (``bytes`` included, and scalar keys
+    in nested maps); the ecmascript one JSON's (string keys, no ``bytes``); the null one
+    has no variables at all.
+    """
+    if type(values) is not dict:
+        return "the datamodel is not a map of variable names"
+    if datamodel == "null":
+        return "the null datamodel has no variables" if values else None
+    json_only = datamodel == "ecmascript"
+    scalars = _JSON_SCALARS if json_only else _PY_SCALARS
+    for name in values:
+        if type(name) is not str or not name or name in SYSTEM_VARIABLES or name.startswith("__"):
+            return f"{name!r} is not a variable name"
+    todo = list(values.values())
+    while todo:  # iterative: depth is bounded by the decoder, but no need to recurse
+        v = todo.pop()
+        t = type(v)
+        if t in scalars:
+            continue
+        if t is list:
+            todo.extend(v)
+        elif t is dict:
+            for k in v:
+                if type(k) is not str and (json_only or type(k) not in _PY_SCALARS):
+                    return f"a map key {k!r} is not a {'string' if json_only else 'scalar'}"
+            todo.extend(v.values())
+        else:
+            return f"a {t.__name__} is not a value of the {datamodel} datamodel"
+    return None
 
 
 class Context(Protocol):

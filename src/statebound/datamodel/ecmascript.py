@@ -307,6 +307,17 @@ function dispatch(op, a, b, c, d, e, f) {
     var ks = userNames();
     for (var j = 0; j < ks.length; j++) { var dd = getDesc(g, ks[j]); if (dd && typeof dd.value === "function") code[ks[j]] = dd.value; }
     return "";
+  case "names":    // the user variables as JSON, for dumping them one by one (see variables())
+    var nm = userNames(), s1 = "[";  // no stringify(array): a chart can give arrays a toJSON
+    for (var q1 = 0; q1 < nm.length; q1++) s1 += (q1 ? "," : "") + stringify(Str(nm[q1]));
+    return s1 + "]";
+  case "dumpone":  // a: name -> "j"/"J" + JSON, "-" for top-level code, "\u0003" + why it cannot be stored
+    try {
+      var v1 = g[a];
+      if (typeof v1 === "function" && code[a] === v1) return "-";
+      var t1 = encode(v1);
+      return (special ? "J" : "j") + t1;
+    } catch (x) { return "\u0003" + describe(x); }
   case "drop":     // forget what re-running the top-level code left, except its functions
     var us = userNames();
     for (var k = 0; k < us.length; k++) if (!hasOwn(code, us[k])) { try { delete g[us[k]]; } catch (x) {} delete declared[us[k]]; }
@@ -661,6 +672,7 @@ class EcmaScriptContext:
     """One drive's QuickJS runtime. See :class:`statebound.datamodel.base.Context`."""
 
     __slots__ = (
+        "bad_names",
         "broken",
         "budget",
         "call",
@@ -686,6 +698,9 @@ class EcmaScriptContext:
                  budget: Budget | None = None) -> None:
         self.dm = dm
         self.budget = budget
+        # After a dump failed as a whole: the names that failed on their own, and why. They are
+        # not read again this drive (a looping getter costs a whole time slice per read).
+        self.bad_names: dict[str, str] | None = None
         self.vars = variables
         self.session_id = session_id
         self.name = name
@@ -937,6 +952,8 @@ class EcmaScriptContext:
         self.last = _NOTHING
         if r:
             raise EvaluationError(f"<data id={name!r}>: {r[1:]}")
+        if self.bad_names:
+            self.bad_names.pop(name, None)  # a plain value now: read it again
 
     def _payload_for_declare(self, name: str, value: Any) -> tuple[str, Any, bool]:
         if value is self.last and value is not _NOTHING:
@@ -993,20 +1010,14 @@ class EcmaScriptContext:
         if self.dump_cache is not None:
             return self.dump_cache
         try:
-            r = self._call(self.call, "dump")
-        except EvaluationError as exc:
-            raise SerializationError(f"the ECMAScript datamodel cannot be stored: {exc}") from None
-        if not isinstance(r, str) or r[:1] == "\x01":
-            msg = r[2:] if isinstance(r, str) else repr(r)
-            raise SerializationError(f"the ECMAScript datamodel cannot be stored: {msg}")
-        text, _, refused = r[1:].partition("\x03")
-        try:
-            out = _loads(text, r[0] == "J")
-            bad = json.loads(refused) if refused else []
-        except (ValueError, RecursionError) as exc:
-            raise SerializationError(f"the ECMAScript datamodel cannot be stored: {exc}") from None
-        if type(out) is not dict:
-            raise SerializationError("the ECMAScript datamodel cannot be stored: not an object")
+            if self.bad_names is not None:
+                raise SerializationError("the dump failed before in this drive")
+            out, bad = self._parse_dump(self._call(self.call, "dump"))
+        except (EvaluationError, SerializationError):
+            # The dump failed as a whole: a getter, toJSON or Proxy trap that loops (interrupted,
+            # which no JS catch survives), or memory ran out. Dump the variables one at a time,
+            # so only the culprits are refused (issue 10: this used to escape to the host).
+            out, bad = self._dump_each()
         for k in SYSTEM_VARIABLES:
             out.pop(k, None)
         for name, why in bad:
@@ -1016,6 +1027,48 @@ class EcmaScriptContext:
                                     "JSON-like values only; functions are code)")
         self.dump_cache = out
         return out
+
+    @staticmethod
+    def _parse_dump(r: Any) -> tuple[dict[str, Any], list[Any]]:
+        if not isinstance(r, str) or r[:1] not in ("j", "J"):
+            raise SerializationError(f"the ECMAScript datamodel cannot be stored: {str(r)[:200]}")
+        text, _, refused = r[1:].partition("\x03")
+        try:
+            out = _loads(text, r[0] == "J")
+            bad = json.loads(refused) if refused else []
+        except (ValueError, RecursionError) as exc:
+            raise SerializationError(f"the ECMAScript datamodel cannot be stored: {exc}") from None
+        if type(out) is not dict or type(bad) is not list:
+            raise SerializationError("the ECMAScript datamodel cannot be stored: not an object")
+        return out, bad
+
+    def _dump_each(self) -> tuple[dict[str, Any], list[Any]]:
+        """``(stored values, [(name, why refused)])``, one JS call per variable."""
+        try:
+            names = json.loads(self._call(self.call, "names"))
+        except (EvaluationError, ValueError, TypeError) as exc:  # not even the names: keep what was stored
+            return {}, [(k, f"the datamodel could not be read back ({exc})") for k in self.vars]
+        out: dict[str, Any] = {}
+        bad: list[Any] = []
+        known = self.bad_names = self.bad_names if self.bad_names is not None else {}
+        for name in names if type(names) is list else ():
+            if type(name) is not str:
+                continue
+            if name in known:
+                bad.append((name, known[name]))
+                continue
+            try:
+                r = self._call(self.call, "dumpone", name)
+                if r == "-":
+                    continue
+                if not isinstance(r, str) or r[:1] not in ("j", "J"):
+                    raise EvaluationError(r[1:] if isinstance(r, str) else repr(r))
+                out[name] = _loads(r[1:], r[0] == "J")
+            except (EvaluationError, ValueError, RecursionError) as exc:
+                if "time limit" in str(exc):
+                    known[name] = str(exc)
+                bad.append((name, str(exc)))
+        return out, bad
 
 
 class Unstorable:

@@ -11,7 +11,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..chart.model import Chart
-from ..datamodel.base import SYSTEM_VARIABLES, check_serializable, datamodel_for, pack_vars, unpack_vars
+from ..datamodel.base import (SYSTEM_VARIABLES, check_serializable, check_stored, datamodel_for, pack_vars,
+                              unpack_vars)
 from ..datamodel.budget import DEFAULT_CPU_MS, DEFAULT_MEMORY_BYTES, Budget, BudgetSpent
 from ..effects import BudgetExhausted, Effect
 from ..events import SCXML_PROCESSOR, Event
@@ -26,7 +27,7 @@ __all__ = ["Interpreter"]
 _UNKNOWN = object()
 
 
-def _check_start_data(data: Mapping[str, Any] | None) -> dict[str, Any] | None:
+def _check_start_data(data: Mapping[str, Any] | None, datamodel: str) -> dict[str, Any] | None:
     """Refuse start data that could never be a datamodel, before anything runs."""
     if not data:
         return None
@@ -39,7 +40,26 @@ def _check_start_data(data: Mapping[str, Any] | None) -> dict[str, Any] | None:
             check_serializable(v, f"start data {k!r}")
         except EvaluationError as exc:
             raise SerializationError(str(exc)) from None
+    why = None if datamodel == "null" else check_stored(datamodel, dict(data))
+    if why is not None:  # e.g. bytes for an ecmascript chart: its first drive would fail on them
+        raise SerializationError(f"start data does not fit the {datamodel} datamodel: {why}")
     return dict(data)
+
+
+def _storable(name: str, value: Any) -> bool:
+    try:
+        check_serializable({name: value})
+        return True
+    except EvaluationError:
+        return False
+
+
+def _settled(variables: dict[str, Any], forced: dict[str, Any], dropped: set[str]) -> dict[str, Any]:
+    if not forced and not dropped:
+        return variables
+    out = {k: v for k, v in variables.items() if k not in dropped}
+    out.update(forced)
+    return out
 
 
 def _as_event(event: Event | str) -> Event:
@@ -106,7 +126,7 @@ class Interpreter:
         if data and only_declared:
             declared = self._declared
             data = {k: v for k, v in data.items() if k in declared}
-        start_data = _check_start_data(data)
+        start_data = _check_start_data(data, self.chart.datamodel)
         seed = Position(self.chart, session_id, RUNNING, (), parent=parent, invokeid=invokeid,
                         routes=routes, ioprocessors=ioprocessors, invokers=invokers)
         budget = self._budget(budget)
@@ -279,22 +299,38 @@ class Interpreter:
         drive, ``error.execution`` is raised, and the macrostep continues, so the host never
         sees the failure and nothing is lost.
         """
+        original: dict[str, Any] = {}
+        forced: dict[str, Any] = {}  # put back by the commit: the chart made the variable unwritable
+        dropped: set[str] = set()    # names that cannot be stored at all (a lone surrogate)
         for _ in range(8):
-            variables = m.ctx.variables()
+            variables = _settled(m.ctx.variables(), forced, dropped)
             try:
                 return pack_vars(variables)
             except SerializationError as exc:
                 original = before if before is not None else unpack_vars(before_blob)
                 for k, v in variables.items():
+                    if _storable(k, v):
+                        continue
+                    if not _storable(k, None):
+                        dropped.add(k)
+                        continue
                     try:
-                        check_serializable(v)
-                    except EvaluationError:
                         m.ctx.declare(k, original.get(k))
+                    except EvaluationError:
+                        forced[k] = original.get(k)
                 if not m.running:
                     continue
                 m.raise_error("error.execution", f"{exc}; the variable was restored")
                 m.macrostep()
-        raise SerializationError("the datamodel could not be made storable")  # pragma: no cover
+        # A chart that keeps making values unstorable (a polluted prototype...): store what can
+        # be stored, and the value before the drive of every other variable.
+        keep: dict[str, Any] = {}
+        for k, v in _settled(m.ctx.variables(), forced, dropped).items():
+            if _storable(k, v):
+                keep[k] = v
+            elif k in original:
+                keep[k] = original[k]
+        return pack_vars(keep)
 
     def _finish(self, pos: Position, m: Machine, packed: bytes) -> tuple[Position, tuple[Effect, ...]]:
         halted = not m.running

@@ -1,0 +1,140 @@
+"""Hostile values left in an ECMAScript variable: the commit refuses them, the drive commits.
+
+Issue 10: a ``toJSON``, getter or Proxy trap that loops (or throws) made ``Host.start`` and
+``Host.send`` raise ``SerializationError``. A loop inside ``JSON.stringify`` is interrupted
+by the time limit, which no JS ``catch`` survives, so the whole dump failed. Now the dump
+falls back to one variable at a time: the culprit is put back as it was before the drive,
+the chart gets ``error.execution``, and everything else the drive did is committed.
+"""
+
+from __future__ import annotations
+
+import msgpack
+import pytest
+
+import statebound as sb
+
+from xml.sax.saxutils import escape
+
+from .helpers import CATCH, scxml
+
+HOSTILE = {
+    "looping toJSON": "x = { toJSON: function () { while (true) {} } };",
+    "throwing toJSON": "x = { toJSON: function () { throw new Error('no'); } };",
+    "looping getter": "Object.defineProperty(globalThis, 'x', { get: function () { while (true) {} }, "
+                      "enumerable: true, configurable: true });",
+    "looping getter, not configurable": "Object.defineProperty(globalThis, 'x', { get: function () "
+                                        "{ while (true) {} }, enumerable: true, configurable: false });",
+    "getter on a nested object": "x = {}; Object.defineProperty(x, 'deep', { get: function () { while (true) {} }, "
+                                 "enumerable: true });",
+    "proxy with a looping ownKeys": "x = new Proxy({}, { ownKeys: function () { while (true) {} } });",
+    "proxy with a throwing get": "x = new Proxy({a: 1}, { get: function () { throw 1; } });",
+    "revoked proxy": "var r = Proxy.revocable({}, {}); x = r.proxy; r.revoke();",
+    "toJSON returning itself, deeply": "x = { toJSON: function () { var o = {}; var c = o; "
+                                       "for (var i = 0; i < 1e6; i++) { c.a = {}; c = c.a; } return o; } };",
+    "a shared object exploding the JSON": "var o = 'x'.repeat(1000); for (var i = 0; i < 40; i++) o = [o, o]; x = o;",
+    "a name with a lone surrogate": "globalThis['\\ud800'] = 1; x = 5;",
+}
+
+
+@pytest.mark.parametrize("name", list(HOSTILE))
+def test_a_hostile_value_is_refused_and_the_drive_commits(hostile, name):
+    chart = scxml(f"""<datamodel><data id="x" expr="'before'"/><data id="other" expr="0"/></datamodel>
+      <state id="a">{CATCH}
+        <transition event="go" target="b"><assign location="other" expr="1"/><script>{escape(HOSTILE[name])}</script>
+        </transition></state><state id="b">{CATCH}</state>""")
+    out = hostile({"main.scxml": chart}, events=[("go", None)], ecma_limits={"time_ms": 200})
+    out.assert_contained()
+    assert out.error is None, out.error
+    dm = out.raw["datamodel"]
+    if name == "a name with a lone surrogate":  # the unstorable name is dropped, the rest commits
+        assert out.raw["configuration"] == ["b"] and dm["x"] == 5 and dm["other"] == 1, out.raw
+        return
+    assert out.raw["configuration"] == ["b"] and dm["other"] == 1, out.raw
+    assert dm["x"] == "before", dm
+    assert out.messages and all("restored" in m or "x" in m for m in out.messages), out.messages
+
+
+def test_a_polluted_prototype_still_commits(hostile):
+    # every object becomes unstorable, the value put back included: the commit keeps the values
+    # from before the drive and stores the rest
+    chart = scxml(f"""<datamodel><data id="o" expr="({{k: 1}})"/><data id="n" expr="0"/></datamodel>
+      <state id="a">{CATCH}<transition event="go" target="b"><assign location="n" expr="7"/>
+        <script>Object.prototype.toJSON = function () {{ throw new Error('poisoned'); }};</script>
+      </transition></state><state id="b"/>""")
+    out = hostile({"main.scxml": chart}, events=[("go", None)], ecma_limits={"time_ms": 200})
+    out.assert_contained()
+    assert out.error is None and out.raw["datamodel"] == {"o": {"k": 1}, "n": 7}, out.raw
+
+
+def test_a_frozen_global_object_still_commits(hostile):
+    chart = scxml(f"""<datamodel><data id="x" expr="1"/></datamodel>
+      <state id="a">{CATCH}<transition event="go" target="b">
+        <script>x = function () {{}}; Object.freeze(globalThis);</script>
+      </transition></state><state id="b"/>""")
+    out = hostile({"main.scxml": chart}, events=[("go", None)], ecma_limits={"time_ms": 200})
+    out.assert_contained()
+    assert out.error is None and out.raw["datamodel"] == {"x": 1}, out.raw
+
+
+# --------------------------------------------------------------------------- blobs
+
+def _blob(chart: sb.Chart, values) -> bytes:
+    it = sb.Interpreter(chart)
+    pos, _ = it.start()
+    from statebound.interpreter.state import make_position
+    forged = make_position(chart, pos.session_id, pos.status, pos.states, pos.history,
+                           msgpack.packb(values, use_bin_type=True, datetime=False), pos.macrostep,
+                           pos.send_counter, pos.ordinal, pos.invoke_counter, pos.invocations, pos.initialized,
+                           pos.parent, pos.invokeid, pos.timeouts)
+    return forged.to_bytes()
+
+
+ECMA = scxml('<datamodel><data id="x" expr="1"/></datamodel><state id="a"><transition event="go">'
+             '<assign location="x" expr="x + 1"/></transition></state>')
+
+
+@pytest.mark.parametrize("value", [b"raw bytes", msgpack.ExtType(5, b"x"), msgpack.Timestamp(1, 0),
+                                   {"nested": [1, {"deep": b"b"}]}, {1: "int key"}],
+                         ids=["bin", "ext", "timestamp", "nested bin", "int key"])
+def test_from_bytes_refuses_values_the_ecmascript_datamodel_cannot_hold(value):
+    chart = sb.Chart.from_scxml(ECMA)
+    with pytest.raises(sb.CorruptPosition, match="does not fit"):
+        sb.Position.from_bytes(_blob(chart, {"x": value}), chart)
+
+
+def test_from_bytes_refuses_what_no_datamodel_holds():
+    py = sb.Chart.from_scxml(ECMA.replace('datamodel="ecmascript"', 'datamodel="python"').replace("x + 1", "x"))
+    for bad in ({"x": msgpack.ExtType(1, b"")}, {"x": msgpack.Timestamp(0, 0)}, {"_event": 1}, {"__x": 1}):
+        with pytest.raises(sb.CorruptPosition):
+            sb.Position.from_bytes(_blob(py, bad), py)
+    ok = sb.Position.from_bytes(_blob(py, {"x": b"bytes", "y": {1: [None, 2.5]}}), py)
+    assert ok.datamodel["x"] == b"bytes"
+    null = sb.Chart.from_scxml(scxml('<state id="a"/>', datamodel="null"))
+    with pytest.raises(sb.CorruptPosition, match="no variables"):
+        sb.Position.from_bytes(_blob(null, {"x": 1}), null)
+
+
+def test_a_blob_that_loads_drives():
+    chart = sb.Chart.from_scxml(ECMA)
+    pos = sb.Position.from_bytes(_blob(chart, {"x": 41}), chart)
+    assert sb.Interpreter(chart).drive(pos, "go")[0].datamodel["x"] == 42
+
+
+def test_start_data_that_does_not_fit_is_refused_before_the_start():
+    chart = sb.Chart.from_scxml(ECMA)
+    with pytest.raises(sb.SerializationError, match="does not fit the ecmascript datamodel"):
+        sb.Interpreter(chart).start(data={"x": b"bytes"})
+
+
+def test_an_unwritable_looping_getter_costs_two_time_slices_not_the_budget(hostile):
+    # with the default 1 s per evaluation: the whole dump, then the variable alone; after that
+    # it is not read again in this drive, so the drive commits well within its 5 s
+    script = escape(HOSTILE["looping getter, not configurable"])
+    chart = scxml(f"""<datamodel><data id="x" expr="'before'"/><data id="other" expr="0"/></datamodel>
+      <state id="a">{CATCH}<transition event="go" target="b"><assign location="other" expr="1"/>
+        <script>{script}</script></transition></state><state id="b">{CATCH}</state>""")
+    out = hostile({"main.scxml": chart}, events=[("go", None)])
+    out.assert_contained()
+    assert out.raw["metrics"]["budget_exhausted"] == 0
+    assert out.raw["datamodel"] == {"x": "before", "other": 1} and out.messages
