@@ -142,6 +142,27 @@ var g = globalThis, O = Object, apply = Reflect.apply, defProp = O.definePropert
 var errs = [Error, EvalError, RangeError, ReferenceError, SyntaxError, TypeError, URIError, g.InternalError,
   g.AggregateError, g.SuppressedError];
 for (i = 0; i < errs.length; i++) if (errs[i]) { freeze(errs[i].prototype); freeze(errs[i]); }
+// Native array methods (join, sort, slice, concat, reverse...) walk `length` without polling
+// the interrupt handler: on a sparse array or array-like of length 2**32-1 one call runs for
+// minutes, past every time limit. No array that fits in the heap comes near MAXLEN elements.
+var MAXLEN = 16777216, AP = Array.prototype, anames = names(AP), RangeErr = RangeError;
+function tooLong(o) {
+  if (o === null || (typeof o !== "object" && typeof o !== "function")) return false;
+  var n = +o.length;
+  return n > MAXLEN;
+}
+function guard(k, f) {
+  var w = function () {
+    if (tooLong(this)) throw new RangeErr("Array.prototype." + k + " on more than " + MAXLEN + " elements");
+    for (var j = 0; j < arguments.length; j++)
+      if (isArray(arguments[j]) && tooLong(arguments[j])) throw new RangeErr("an array of more than " + MAXLEN + " elements");
+    return apply(f, this, arguments);
+  };
+  defProp(w, "name", { value: f.name });
+  defProp(w, "length", { value: f.length });
+  defProp(AP, k, { value: w, writable: true, enumerable: false, configurable: true });
+}
+for (i = 0; i < anames.length; i++) if (anames[i] !== "constructor" && typeof AP[anames[i]] === "function") guard(anames[i], AP[anames[i]]);
 function Refusal(msg) { this.msg = msg; }
 function prop(o, k) {
   for (var n = 0; o !== null && n < 64; o = getProto(o), n++) { var d = getDesc(o, k); if (d) return d.value; }

@@ -267,12 +267,18 @@ class PythonDatamodel:
         return _Repeating(code) if _repeats(tree) else code
 
     def _compile(self, e: Expr) -> Any:
+        try:
+            return self._compile_one(e)
+        except (RecursionError, MemoryError, ValueError):  # nested past what CPython can compile
+            return _Failed(f"{e.kind} {e.src[:200]!r} is too deeply nested to compile")
+
+    def _compile_one(self, e: Expr) -> Any:
         src = e.src.strip() if e.kind != "script" else e.src
         mode = "exec" if e.kind == "script" else "eval"
         try:
             tree = ast.parse(src, mode=mode)
         except SyntaxError as exc:
-            return _Failed(f"syntax error in {e.kind} {e.src!r}: {exc.msg}")
+            return _Failed(f"syntax error in {e.kind} {e.src[:200]!r}: {exc.msg}")
         bad = _check_safe(tree)
         if bad:
             return _Failed(f"{bad} in {e.kind} {e.src!r}")

@@ -56,9 +56,14 @@ from .unit import Entry as _Entry
 from .unit import FireResult
 from .unit import Unit as _Unit
 
-__all__ = ["Host", "FireResult", "child_instance_id"]
+__all__ = ["Host", "FireResult", "child_instance_id", "MAX_INVOKE_DEPTH"]
 
 log = logging.getLogger("statebound")
+
+
+#: How deep invoked sessions may nest (a child's child's ...). Inline and src children nest at
+#: most 8 deep when a chart loads; srcexpr and <content expr> could otherwise recurse for ever.
+MAX_INVOKE_DEPTH = 16
 
 
 def child_instance_id(parent_id: str, invokeid: str) -> str:
@@ -80,7 +85,8 @@ class Host:
     :param max_memory_bytes: bytes of values one call's drives may bring out of their
         datamodels, and the ECMAScript heap cap (``None`` for none).
     :param max_deliveries: events one host call may process (its own plus routed ones);
-        any left over are written as timer rows due now, so nothing is lost.
+        any left over are written as timer rows due now, so nothing is lost. It also bounds
+        the sessions one call may start by ``<invoke>`` (past it, ``error.execution``).
     :param max_conflict_retries: reload-and-retry attempts on a version conflict.
     :param conflict_backoff_s: base of the random, growing pause between those attempts.
     :param max_attempts: failed deliveries of one timer row before it is parked as dead.
@@ -876,6 +882,10 @@ class Host:
     def _invoke(self, u: _Unit, iid: str, pos: Position, eff: Invoke, ctx: Any) -> None:
         chart = eff.chart
         try:
+            if iid.count("::") >= MAX_INVOKE_DEPTH:  # a chart invoking itself by srcexpr, forever
+                raise ChartError(f"invoked sessions nest deeper than {MAX_INVOKE_DEPTH}")
+            if u.starts >= self.max_deliveries:  # ... or ten times over at every level
+                raise ChartError(f"this call already started {u.starts} sessions (max_deliveries)")
             if chart is None and u.budget is not None and u.budget.spent:  # compiling costs CPU too
                 raise ChartError("the call's CPU budget is spent; no chart was compiled")
             # Run-time children are loaded under the parent's policy: its src containment, and
