@@ -18,7 +18,9 @@ What a chart sees
 Sandbox
 -------
 Each drive gets a fresh QuickJS runtime with a memory cap, a CPU-time cap per
-evaluation and a stack cap (:class:`Limits`, :func:`set_limits`). The runtime has no
+evaluation and a stack cap (:class:`Limits`, :func:`set_limits`), and spends the drive's
+:class:`~statebound.datamodel.budget.Budget`: the time limit of each call into JS is what is
+left of it when that is less than the cap. The runtime has no
 module loader, no ``std``/``os`` modules and no Python callbacks: an expression can
 reach nothing but the variables of its own session. An infinite loop is interrupted
 when the time cap expires and an allocation over the memory cap fails; both become
@@ -32,8 +34,8 @@ Between drives the variables are stored as JSON-compatible values: objects are s
 ``null``), ``NaN`` and ``±Infinity`` are kept. Values that cannot be stored are refused:
 functions, symbols, BigInts, ``Map``, ``Set``, typed arrays, ``RegExp``, ``Error``,
 promises, cycles. ``<assign>`` and ``<data>`` refuse them at once (``error.execution``);
-a value smuggled in by a ``<script>`` makes the commit fail with
-:class:`~statebound.exceptions.SerializationError`.
+a value smuggled in by a ``<script>`` (a looping ``toJSON``, getter or Proxy included) is
+put back by the commit as it was before the drive, with ``error.execution``.
 
 Functions are code, not data. The functions the chart defines at its top level -- in the
 root ``<script>``, or as a root ``<data expr="function ...">`` -- are not stored: on every
