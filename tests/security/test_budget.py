@@ -151,3 +151,15 @@ def test_a_spent_budget_given_to_drive_ends_it_at_once():
     assert new is pos and [type(e).__name__ for e in effects] == ["BudgetExhausted"]
     assert effects[0].reason == "cpu" and effects[0].event == "go"
     assert it.drive(pos, "go")[0].datamodel["n"] == 1  # a fresh budget per drive by default
+
+
+def test_sessions_holding_big_datamodels_are_bounded_per_call(hostile):
+    # every child stores 6 MiB: a host call holds every session it touched until it commits,
+    # so forty of them would be 240 MiB of positions in one call
+    child = scxml('<datamodel><data id="big" expr="\'x\'.repeat(6 * 1024 * 1024)"/></datamodel><state id="c"/>')
+    kids = "".join(f'<invoke id="k{i}"><content>{child}</content></invoke>' for i in range(40))
+    chart = scxml(f'<state id="a">{CATCH}{kids}</state>')
+    # (the parent's error events wait as rows due now: the call's budget is spent; a fire delivers them)
+    out = hostile({"main.scxml": chart}, host={"max_memory_bytes": 32 * 1024 * 1024}, fire=2)
+    out.assert_error_execution("memory budget")
+    assert 1 <= 40 - len(out.messages) <= 5, len(out.messages)  # a few children fit, the rest do not

@@ -53,7 +53,8 @@ class Budget:
         counts as :data:`ITEM_BYTES`. ``None`` for no limit.
     """
 
-    __slots__ = ("_countdown", "_limit", "_t0", "cpu_ms", "max_items", "memory_bytes", "reason", "used_bytes")
+    __slots__ = ("_countdown", "_held", "_limit", "_t0", "cpu_ms", "max_items", "memory_bytes", "reason",
+                 "used_bytes")
 
     def __init__(self, cpu_ms: int | None = DEFAULT_CPU_MS, memory_bytes: int | None = DEFAULT_MEMORY_BYTES) -> None:
         if cpu_ms is not None and (type(cpu_ms) is not int or cpu_ms < 1):
@@ -68,6 +69,7 @@ class Budget:
         self._limit = None if cpu_ms is None else cpu_ms / 1000
         self._t0: float | None = None
         self._countdown = _EVERY
+        self._held: dict[str, int] | None = None
 
     @classmethod
     def unchecked(cls, cpu_ms: int | None, memory_bytes: int | None) -> Budget:
@@ -82,6 +84,7 @@ class Budget:
         b._limit = None if cpu_ms is None else cpu_ms / 1000
         b._t0 = None
         b._countdown = _EVERY
+        b._held = None
         return b
 
     def start(self) -> Budget:
@@ -130,6 +133,16 @@ class Budget:
         if self.memory_bytes is not None and self.used_bytes > self.memory_bytes:
             self.reason = self.reason or "memory"
             self._raise()
+
+    def hold(self, key: str, nbytes: int) -> None:
+        """Count a session's stored datamodel (``nbytes``): a host call keeps every session it
+        touched until it commits, so what counts is the most each one held, added up."""
+        held = self._held if self._held is not None else {}
+        self._held = held
+        grown = nbytes - held.get(key, 0)
+        if grown > 0:
+            held[key] = nbytes
+            self.charge(grown)
 
     def check_items(self, count: int) -> None:
         """Raise :class:`BudgetSpent` when a drive holds more than ``max_items`` events and effects."""

@@ -1035,7 +1035,10 @@ class EcmaScriptContext:
         try:
             if self.bad_names is not None:
                 raise SerializationError("the dump failed before in this drive")
-            out, bad = self._parse_dump(self._call(self.call, "dump"))
+            r = self._call(self.call, "dump")
+            if self.budget is not None and isinstance(r, str):
+                self.budget.hold(self.session_id, len(r))  # held by the host call until it commits
+            out, bad = self._parse_dump(r)
         except (EvaluationError, SerializationError):
             # The dump failed as a whole: a getter, toJSON or Proxy trap that loops (interrupted,
             # which no JS catch survives), or memory ran out. Dump the variables one at a time,
