@@ -100,10 +100,18 @@ class Budget:
 
     def remaining_s(self) -> float | None:
         """CPU seconds left (``None``: no limit). Raises :class:`BudgetSpent` if none are."""
-        self.check()
+        if self.reason is not None:
+            self._raise()
         if self._limit is None:
             return None
-        return max(self._limit - self.used_s, 0.0)
+        now = _clock()  # one read: this runs before every call into JS
+        if self._t0 is None:
+            self._t0 = now
+        left = self._limit - (now - self._t0)
+        if left <= 0:
+            self.reason = "cpu"
+            self._raise()
+        return left
 
     @property
     def spent(self) -> bool:

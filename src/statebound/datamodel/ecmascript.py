@@ -128,6 +128,13 @@ def get_limits(chart: Chart) -> Limits:
     return chart._caches.get(_LIMITS_KEY) or DEFAULT_LIMITS
 
 
+# QuickJS's native array methods below walk ``length`` without polling the interrupt handler
+# (the others do): on a sparse array or array-like of length 2**32-1, one call would run for
+# minutes past every time limit. The prelude makes them refuse more than 2**24 elements, far
+# more than any array that fits in the heap.
+_UNPOLLED = ("join toString toLocaleString reverse copyWithin shift unshift slice splice concat sort flat flatMap "
+             "fill toReversed toSorted toSpliced with")
+
 # --------------------------------------------------------------------------- the JS side
 # Evaluated once per runtime; its completion value is the dispatcher the Python side calls.
 # Nothing it defines is reachable from chart code except the system variables and In().
@@ -144,27 +151,16 @@ var g = globalThis, O = Object, apply = Reflect.apply, defProp = O.definePropert
 var errs = [Error, EvalError, RangeError, ReferenceError, SyntaxError, TypeError, URIError, g.InternalError,
   g.AggregateError, g.SuppressedError];
 for (i = 0; i < errs.length; i++) if (errs[i]) { freeze(errs[i].prototype); freeze(errs[i]); }
-// Native array methods (join, sort, slice, concat, reverse...) walk `length` without polling
-// the interrupt handler: on a sparse array or array-like of length 2**32-1 one call runs for
-// minutes, past every time limit. No array that fits in the heap comes near MAXLEN elements.
-var MAXLEN = 16777216, AP = Array.prototype, anames = names(AP), RangeErr = RangeError;
-function tooLong(o) {
-  if (o === null || (typeof o !== "object" && typeof o !== "function")) return false;
-  var n = +o.length;
-  return n > MAXLEN;
-}
+// array methods that never poll the interrupt handler: at most 2**24 elements (see _UNPOLLED)
+var AP = Array.prototype, RangeErr = RangeError, UNPOLLED = "%UNPOLLED%".split(" ");
+function huge(o) { return o !== null && (typeof o === "object" || typeof o === "function") && +o.length > 16777216; }
 function guard(k, f) {
-  var w = function () {
-    if (tooLong(this)) throw new RangeErr("Array.prototype." + k + " on more than " + MAXLEN + " elements");
-    for (var j = 0; j < arguments.length; j++)
-      if (isArray(arguments[j]) && tooLong(arguments[j])) throw new RangeErr("an array of more than " + MAXLEN + " elements");
-    return apply(f, this, arguments);
-  };
-  defProp(w, "name", { value: f.name });
-  defProp(w, "length", { value: f.length });
-  defProp(AP, k, { value: w, writable: true, enumerable: false, configurable: true });
+  defProp(AP, k, { writable: true, configurable: true, value: function () {
+    for (var j = -1; j < arguments.length; j++)
+      if (j < 0 ? huge(this) : isArray(arguments[j]) && huge(arguments[j])) throw new RangeErr(k + ": over 2**24 elements");
+    return apply(f, this, arguments); } });
 }
-for (i = 0; i < anames.length; i++) if (anames[i] !== "constructor" && typeof AP[anames[i]] === "function") guard(anames[i], AP[anames[i]]);
+for (i = 0; i < UNPOLLED.length; i++) if (typeof AP[UNPOLLED[i]] === "function") guard(UNPOLLED[i], AP[UNPOLLED[i]]);
 function Refusal(msg) { this.msg = msg; }
 function prop(o, k) {
   for (var n = 0; o !== null && n < 64; o = getProto(o), n++) { var d = getDesc(o, k); if (d) return d.value; }
@@ -466,7 +462,7 @@ def _compact(src: str) -> str:
     return "\n".join(ln.strip() for ln in src.splitlines() if ln.strip() and not ln.strip().startswith("//"))
 
 
-_PRELUDE = _compact(_PRELUDE)
+_PRELUDE = _compact(_PRELUDE).replace("%UNPOLLED%", _UNPOLLED)
 _DOM = _compact(_DOM)
 
 # --------------------------------------------------------------------------- Python side
@@ -712,6 +708,7 @@ class EcmaScriptContext:
         "pending_event",
         "scripts_sent",
         "session_id",
+        "short",
         "started",
         "vars",
     )
@@ -721,6 +718,7 @@ class EcmaScriptContext:
                  budget: Budget | None = None) -> None:
         self.dm = dm
         self.budget = budget
+        self.short = False  # the runtime's time limit is below the cap (the budget is nearly spent)
         # After a dump failed as a whole: the names that failed on their own, and why. They are
         # not read again this drive (a looping getter costs a whole time slice per read).
         self.bad_names: dict[str, str] | None = None
@@ -775,7 +773,12 @@ class EcmaScriptContext:
         if budget is not None:
             left = budget.remaining_s()  # raises BudgetSpent when nothing is left
             cap = self.limits.time_ms / 1000.0
-            self.js.set_time_limit(cap if left is None or left >= cap else max(left, 0.001))
+            if left is not None and left < cap:
+                self.js.set_time_limit(max(left, 0.001))
+                self.short = True
+            elif self.short:  # back to the cap after a short limit (set when the runtime started)
+                self.js.set_time_limit(cap)
+                self.short = False
         try:
             return fn(*args)
         except Exception as exc:  # JSException, StackOverflow, conversion errors
