@@ -138,3 +138,9 @@ def test_an_unwritable_looping_getter_costs_two_time_slices_not_the_budget(hosti
     out.assert_contained()
     assert out.raw["metrics"]["budget_exhausted"] == 0
     assert out.raw["datamodel"] == {"x": "before", "other": 1} and out.messages
+
+
+def test_start_data_for_a_null_chart_is_refused_not_an_internal_error():
+    null = sb.Chart.from_scxml(scxml('<state id="a"/>', datamodel="null"))
+    with pytest.raises(sb.SerializationError, match="null datamodel has no variables"):
+        sb.Interpreter(null).start(data={"x": 1})

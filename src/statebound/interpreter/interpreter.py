@@ -27,7 +27,8 @@ __all__ = ["Interpreter"]
 _UNKNOWN = object()
 
 
-def _check_start_data(data: Mapping[str, Any] | None, datamodel: str) -> dict[str, Any] | None:
+def _check_start_data(data: Mapping[str, Any] | None, datamodel: str,
+                      declared: frozenset[str]) -> dict[str, Any] | None:
     """Refuse start data that could never be a datamodel, before anything runs."""
     if not data:
         return None
@@ -40,7 +41,11 @@ def _check_start_data(data: Mapping[str, Any] | None, datamodel: str) -> dict[st
             check_serializable(v, f"start data {k!r}")
         except EvaluationError as exc:
             raise SerializationError(str(exc)) from None
-    why = None if datamodel == "null" else check_stored(datamodel, dict(data))
+    if datamodel == "null":  # declared <data> fail as error.execution; anything else has nowhere to go
+        extra = sorted(k for k in data if k not in declared)
+        why = f"the null datamodel has no variables ({', '.join(map(repr, extra))})" if extra else None
+    else:
+        why = check_stored(datamodel, dict(data))
     if why is not None:  # e.g. bytes for an ecmascript chart: its first drive would fail on them
         raise SerializationError(f"start data does not fit the {datamodel} datamodel: {why}")
     return dict(data)
@@ -126,7 +131,7 @@ class Interpreter:
         if data and only_declared:
             declared = self._declared
             data = {k: v for k, v in data.items() if k in declared}
-        start_data = _check_start_data(data, self.chart.datamodel)
+        start_data = _check_start_data(data, self.chart.datamodel, self._declared)
         seed = Position(self.chart, session_id, RUNNING, (), parent=parent, invokeid=invokeid,
                         routes=routes, ioprocessors=ioprocessors, invokers=invokers)
         budget = self._budget(budget)
