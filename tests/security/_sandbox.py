@@ -104,6 +104,8 @@ def main(spec_path: str) -> None:
         installed[0] = False
         builtins.__import__ = real_import
     out["violations"] = violations
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    out["cpu_s"] = usage.ru_utime + usage.ru_stime
     sys.stdout.write("\n" + json.dumps(out, default=repr) + "\n")
 
 
