@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 
 from statebound.exceptions import ConflictError, InvalidInstanceId
 from statebound.host.store import (CANCEL, CLAIMED, DEAD, DONE, INVOKE, PENDING, SEND, TIMER, WAITING,
-                                   Commit, KeyRecord, PositionWrite, Store, TimerCompletion, TimerRef,
+                                   BatchStore, Commit, KeyRecord, PositionWrite, Store, TimerCompletion, TimerRef,
                                    TimerRow)
 
 __all__ = ["StoreContract", "create", "update", "delete", "timer", "put", "hostile_ids",
@@ -736,3 +736,82 @@ class StoreContract:
         assert keys(store.pending_timers("b")) == [("b", 1)]
         assert store.purge_done(1_000, limit=0) == 0
         assert store.purge_done(1_000) == 1          # a5
+
+    # ------------------------------------------------------------------ group commit (optional)
+
+    def _needs_batch(self, store):
+        if not hasattr(store, "commit_many"):
+            pytest.skip("backend has no group commit")
+
+    def test_is_a_batch_store(self, store):
+        self._needs_batch(store)
+        assert isinstance(store, BatchStore)
+
+    def test_load_many_returns_the_existing_records_by_id(self, store):
+        self._needs_batch(store)
+        create(store, "a", blob=b"A")
+        create(store, "b", blob=b"B", parent="a")
+        got = store.load_many(["b", "ghost", "a", "b"])
+        assert set(got) == {"a", "b"}
+        assert got["a"] == store.load("a") and got["b"] == store.load("b")
+        assert store.load_many([]) == {}
+
+    def test_load_many_of_more_ids_than_one_request_takes(self, store):
+        self._needs_batch(store)
+        ids = [f"i{k:04d}" for k in range(250)]
+        store.commit_many([Commit(writes=(PositionWrite(i, "c", None, i.encode(), "running"),)) for i in ids])
+        got = store.load_many(ids + ["ghost"])
+        assert sorted(got) == ids and all(got[i].blob == i.encode() for i in ids)
+
+    def test_commit_many_applies_each_commit_and_reports_failures_per_slot(self, store):
+        self._needs_batch(store)
+        create(store, "b")
+        store.commit(Commit(writes=(update("b", 1, blob=b"b2"),)))
+        out = store.commit_many([
+            Commit(writes=(PositionWrite("a", "c", None, b"a1", "running"),), timers_put=(timer("a", 1, 10),)),
+            Commit(writes=(update("b", 1, blob=b"stale"),), timers_put=(timer("b", 1, 10),)),
+            Commit(),
+            Commit(writes=(PositionWrite("c", "c", None, b"c1", "running"),)),
+        ])
+        assert out[0] is None and out[2] is None and out[3] is None
+        assert isinstance(out[1], ConflictError) and out[1].instance_id == "b"
+        assert store.load("a").blob == b"a1" and store.get_timer(("a", 1)) is not None
+        assert (store.load("b").version, store.load("b").blob) == (2, b"b2")
+        assert store.get_timer(("b", 1)) is None                    # nothing of the failed commit
+        assert store.load("c").blob == b"c1"
+
+    def test_commit_many_failed_completion_undoes_that_commits_position_write(self, store):
+        self._needs_batch(store)
+        create(store, "a", timers_put=[timer("a", 1, 10)])
+        create(store, "b", timers_put=[timer("b", 1, 10)])
+        store.commit(Commit(complete=TimerCompletion(("a", 1), "fired")))      # fired elsewhere
+        out = store.commit_many([
+            Commit(writes=(update("a", 1, blob=b"again"),), timers_put=(timer("a", 2, 20),),
+                   complete=TimerCompletion(("a", 1), "fired")),
+            Commit(writes=(update("b", 1, blob=b"b2"),), complete=TimerCompletion(("b", 1), "fired")),
+        ])
+        assert isinstance(out[0], ConflictError) and out[1] is None
+        assert (store.load("a").version, store.load("a").blob) == (1, b"blob-1")
+        assert store.get_timer(("a", 2)) is None
+        assert store.get_timer(("b", 1)).state == DONE and store.load("b").blob == b"b2"
+
+    def test_commit_many_refuses_an_unstorable_id_in_its_slot_only(self, store):
+        self._needs_batch(store)
+        out = store.commit_many([Commit(writes=(PositionWrite("", "c", None, b"x", "running"),)),
+                                 Commit(writes=(PositionWrite("ok", "c", None, b"y", "running"),))])
+        assert isinstance(out[0], InvalidInstanceId) and out[1] is None
+        assert store.load("ok").blob == b"y"
+
+    def test_commit_many_writes_each_commits_history_with_it(self, store):
+        self._needs_batch(store)
+        from statebound.host.store import HistoryRecord
+        create(store, "b")
+        store.commit(Commit(writes=(update("b", 1, blob=b"b2"),)))
+        out = store.commit_many([
+            Commit(writes=(PositionWrite("a", "c", None, b"a1", "running"),),
+                   history=(HistoryRecord("a", 1, 5, "start"),)),
+            Commit(writes=(update("b", 1, blob=b"stale"),), history=(HistoryRecord("b", 2, 5, "event"),)),
+        ])
+        assert out[0] is None and isinstance(out[1], ConflictError)
+        assert [(r.instance_id, r.version, r.kind) for r in store.history("a")] == [("a", 1, "start")]
+        assert store.history("b") == []

@@ -219,6 +219,26 @@ def test_out_of_range_integer_raises_store_error(db_path):
         assert store.pending_timers("a") == []
 
 
+def test_group_commit_keeps_a_commit_sqlite_refuses_to_its_own_slot(db_path):
+    """A row key past 64 bits fails in SQLite mid-commit, after its position was written:
+    its savepoint undoes that write, the group's other commits land, one fsync for all."""
+    with SQLiteStore(db_path) as store:
+        begins = []
+        orig = store._execute
+        store._execute = lambda sql, params=(): (begins.append(1) if sql.startswith("BEGIN") else None,
+                                                 orig(sql, params))[1]
+        out = store.commit_many([
+            Commit(writes=(PositionWrite("a", "c", None, b"a", "running"),)),
+            Commit(writes=(PositionWrite("b", "c", None, b"b", "running"),),
+                   timers_put=(timer("b", 2**70, 10, event={"name": "x"}),)),
+            Commit(writes=(PositionWrite("c", "c", None, b"c", "running"),), timers_put=(timer("c", 1, 10),)),
+        ])
+        assert out[0] is None and out[2] is None and isinstance(out[1], StoreError)
+        assert store.load("b") is None and store.pending_timers("b") == []
+        assert store.load("a").blob == b"a" and [r.key for r in store.pending_timers("c")] == [("c", 1)]
+        assert len(begins) == 1
+
+
 # --------------------------------------------------------------------------- crash injection
 
 

@@ -11,7 +11,7 @@ import threading
 from collections.abc import Sequence
 from dataclasses import replace
 
-from ..exceptions import ConflictError
+from ..exceptions import ConflictError, StateboundError
 from .store import (CLAIMED, DEAD, DONE, PENDING, Commit, HistoryRecord, PositionRecord, TimerCompletion,
                     TimerKey, TimerRow, check_instance_id, commit_instance_ids)
 
@@ -32,6 +32,8 @@ class MemoryStore:
         self._keep_done = keep_done
         #: how many commits were applied (handy in tests)
         self.commits = 0
+        #: how many ``commit_many`` calls were made (each one "transaction")
+        self.group_commits = 0
 
     # -- positions -------------------------------------------------------------
     def load(self, instance_id: str) -> PositionRecord | None:
@@ -40,47 +42,76 @@ class MemoryStore:
         with self._lock:
             return self._positions.get(instance_id)
 
+    def load_many(self, instance_ids: Sequence[str]) -> dict[str, PositionRecord]:
+        """The records of the ids that exist, by id."""
+        for iid in instance_ids:
+            check_instance_id(iid)
+        with self._lock:
+            return {iid: rec for iid in instance_ids if (rec := self._positions.get(iid)) is not None}
+
     def commit(self, commit: Commit) -> None:
         """Check every condition first, then apply everything; all or nothing."""
         for iid in commit_instance_ids(commit):
             check_instance_id(iid)
         with self._lock:
-            for w in commit.writes:
-                cur = self._positions.get(w.instance_id)
-                if w.expected_version is None:
-                    if cur is not None:
-                        raise ConflictError(f"instance {w.instance_id!r} already exists",
-                                            w.instance_id, cur.version)
-                elif cur is None or cur.version != w.expected_version:
-                    raise ConflictError(f"version of {w.instance_id!r} moved", w.instance_id,
-                                        None if cur is None else cur.version)
-            if commit.complete is not None:
-                row = self._timers.get(commit.complete.key)
-                node = commit.complete.node_id
-                if row is None or row.state in (DONE, DEAD) or (
-                        node is not None and row.state == CLAIMED and row.claimed_by != node):
-                    raise ConflictError(f"timer {commit.complete.key} is no longer claimable")
-            # apply
-            for w in commit.writes:
-                if w.blob is None:
-                    self._positions.pop(w.instance_id, None)
-                    self._history.pop(w.instance_id, None)
-                    for k in [k for k in self._timers if k[0] == w.instance_id]:
-                        del self._timers[k]
+            self._check(commit)
+            self._apply(commit)
+
+    def commit_many(self, commits: Sequence[Commit]) -> list[StateboundError | None]:
+        """Each commit all or nothing, under one lock; a failed one gets its error in its slot."""
+        out: list[StateboundError | None] = []
+        with self._lock:
+            for commit in commits:
+                try:
+                    for iid in commit_instance_ids(commit):
+                        check_instance_id(iid)
+                    self._check(commit)
+                except StateboundError as exc:
+                    out.append(exc)
                     continue
-                version = 1 if w.expected_version is None else w.expected_version + 1
-                self._positions[w.instance_id] = PositionRecord(
-                    w.instance_id, w.chart, version, w.blob, w.status, tuple(w.timers), w.parent,
-                    tuple(w.idempotency))
-            for k in commit.timers_delete:
-                self._timers.pop(k, None)
-            for row in commit.timers_put:
-                self._timers[row.key] = row
-            if commit.complete is not None:
-                self._complete(commit.complete)
-            for h in commit.history:
-                self._append_history(h, commit.history_keep)
-            self.commits += 1
+                self._apply(commit)
+                out.append(None)
+            self.group_commits += 1
+        return out
+
+    def _check(self, commit: Commit) -> None:
+        for w in commit.writes:
+            cur = self._positions.get(w.instance_id)
+            if w.expected_version is None:
+                if cur is not None:
+                    raise ConflictError(f"instance {w.instance_id!r} already exists",
+                                        w.instance_id, cur.version)
+            elif cur is None or cur.version != w.expected_version:
+                raise ConflictError(f"version of {w.instance_id!r} moved", w.instance_id,
+                                    None if cur is None else cur.version)
+        if commit.complete is not None:
+            row = self._timers.get(commit.complete.key)
+            node = commit.complete.node_id
+            if row is None or row.state in (DONE, DEAD) or (
+                    node is not None and row.state == CLAIMED and row.claimed_by != node):
+                raise ConflictError(f"timer {commit.complete.key} is no longer claimable")
+
+    def _apply(self, commit: Commit) -> None:
+        for w in commit.writes:
+            if w.blob is None:
+                self._positions.pop(w.instance_id, None)
+                self._history.pop(w.instance_id, None)
+                for k in [k for k in self._timers if k[0] == w.instance_id]:
+                    del self._timers[k]
+                continue
+            version = 1 if w.expected_version is None else w.expected_version + 1
+            self._positions[w.instance_id] = PositionRecord(
+                w.instance_id, w.chart, version, w.blob, w.status, tuple(w.timers), w.parent,
+                tuple(w.idempotency))
+        for k in commit.timers_delete:
+            self._timers.pop(k, None)
+        for row in commit.timers_put:
+            self._timers[row.key] = row
+        if commit.complete is not None:
+            self._complete(commit.complete)
+        for h in commit.history:
+            self._append_history(h, commit.history_keep)
+        self.commits += 1
 
     def _append_history(self, h: HistoryRecord, keep: int | None) -> None:
         records = self._history.setdefault(h.instance_id, {})

@@ -42,7 +42,7 @@ from dataclasses import replace
 from typing import Any
 
 
-from ..exceptions import ConflictError, StoreError, StoreUnavailable
+from ..exceptions import ConflictError, StateboundError, StoreError, StoreUnavailable
 from .store import (CLAIMED, DEAD, DONE, PENDING, TIMER, Commit, HistoryRecord, KeyRecord, PositionRecord,
                     PositionWrite, TimerKey, TimerRef, TimerRow, check_instance_id, commit_instance_ids,
                     pack_field, pack_history, unpack_field, unpack_history)
@@ -501,6 +501,20 @@ class SQLiteStore:
                                  "ORDER BY instance_id LIMIT ?", (*params, limit)).fetchall()
         return [_row_to_record(r) for r in rows]
 
+    def load_many(self, instance_ids: Sequence[str]) -> dict[str, PositionRecord]:
+        """The records of those ids that exist, by id: one ``SELECT ... IN`` per 500 ids."""
+        ids = list(dict.fromkeys(check_instance_id(iid) for iid in instance_ids))
+        out: dict[str, PositionRecord] = {}
+        with self._read():
+            for i in range(0, len(ids), _IN_CHUNK):
+                chunk = ids[i:i + _IN_CHUNK]
+                for r in self._execute(
+                        f"SELECT {_POSITION_COLS} FROM positions "
+                        f"WHERE instance_id IN ({', '.join('?' * len(chunk))})", chunk):
+                    rec = _row_to_record(r)
+                    out[rec.instance_id] = rec
+        return out
+
     def commit(self, commit: Commit) -> None:
         """Apply the commit in one transaction, or raise and write nothing.
 
@@ -547,6 +561,49 @@ class SQLiteStore:
             rows = self._execute("SELECT record FROM history WHERE instance_id = ? AND version > ? "
                                  "ORDER BY version LIMIT ?", (instance_id, after_version, limit)).fetchall()
         return [unpack_history(bytes(r[0])) for r in rows]
+
+    def commit_many(self, commits: Sequence[Commit]) -> list[StateboundError | None]:
+        """Group commit: apply many commits in **one** transaction (one fsync), each all or
+        nothing on its own.
+
+        Each commit runs inside a savepoint; one whose condition fails (or whose values
+        cannot be stored) is rolled back to it, gets its error in its slot, and the others
+        go on. A crash anywhere before the final ``COMMIT`` applies none of them.
+
+        :return: one slot per commit, ``None`` if it was applied, else its error.
+        :raises StoreUnavailable: the transaction itself failed (locked past the busy
+            timeout, I/O error); then nothing was written.
+        """
+        out: list[StateboundError | None] = [None] * len(commits)
+        todo = []
+        for i, commit in enumerate(commits):
+            if commit.empty:
+                continue
+            try:
+                for instance_id in commit_instance_ids(commit):
+                    check_instance_id(instance_id)
+                writes = [(w, None if w.blob is None else (_pack_refs(w.timers), _pack_keys(w.idempotency)))
+                          for w in commit.writes]
+                puts = [_timer_params(row) for row in commit.timers_put]
+                history = [(h, pack_history(h)) for h in commit.history]
+            except StateboundError as exc:
+                out[i] = exc
+                continue
+            todo.append((i, commit, writes, puts, history))
+        if not todo:
+            return out
+        with self._write():
+            for i, commit, writes, puts, history in todo:
+                self._execute("SAVEPOINT sb_one")
+                try:
+                    self._apply(commit, writes, puts)
+                    for h, raw in history:
+                        self._append_history(h, raw, commit.history_keep)
+                except (ConflictError, OverflowError, sqlite3.IntegrityError) as exc:
+                    self._execute("ROLLBACK TO sb_one")
+                    out[i] = exc if isinstance(exc, ConflictError) else StoreError(f"commit not stored: {exc}")
+                self._execute("RELEASE sb_one")
+        return out
 
     def _apply(self, commit: Commit, writes: list[tuple[PositionWrite, tuple[bytes, bytes | None] | None]],
                puts: list[tuple[Any, ...]]) -> None:

@@ -21,6 +21,15 @@ nothing at all. A completion usually marks the row ``done``; it may instead park
 good, in the same commit that tells the chart so). A failed version condition raises :class:`~statebound.ConflictError`
 and writes nothing; the host reloads and retries.
 
+**Group commit** (optional, :class:`BatchStore`): a backend may also offer
+``load_many(ids)`` and ``commit_many(commits)``. ``commit_many`` applies many commits of
+*independent* instances at once (SQLite: one transaction, one fsync), each still all or
+nothing on its own: a commit whose condition fails, or that cannot be stored, writes
+nothing and gets its error in its slot of the returned list, and the others are applied.
+If it raises instead, nothing at all was written. The host hands it commits that touch
+disjoint instances only, and falls back to one :meth:`Store.commit` per host call for a
+store without it, so every existing store keeps working unchanged.
+
 Backends live one per file: ``host/memory.py``, ``host/sqlite.py``, ``dynamodb/store.py``.
 Each must raise only :mod:`statebound.exceptions` errors (translate driver errors at the
 boundary), so the host never imports a driver.
@@ -40,12 +49,12 @@ from typing import Any, Protocol, runtime_checkable
 
 import msgpack
 
-from ..exceptions import InvalidInstanceId, SerializationError, StoreError
+from ..exceptions import InvalidInstanceId, SerializationError, StateboundError, StoreError
 
 __all__ = [
     "TimerRef", "KeyRecord", "PositionRecord", "TimerRow", "TimerKey", "PositionWrite", "HistoryRecord",
     "pack_history", "unpack_history",
-    "TimerCompletion", "Commit", "Store", "pack_field", "unpack_field", "check_instance_id",
+    "TimerCompletion", "Commit", "Store", "BatchStore", "pack_field", "unpack_field", "check_instance_id",
     "commit_instance_ids",
     "PENDING", "CLAIMED", "WAITING", "DEAD", "DONE", "SUSPENDED", "TIMER", "SEND", "INVOKE", "CANCEL", "ROW_KINDS",
 ]
@@ -433,6 +442,30 @@ class Store(Protocol):
 
     def get_timer(self, key: TimerKey) -> TimerRow | None:
         """One row by key, in whatever state (done rows included while they are kept)."""
+        ...
+
+
+@runtime_checkable
+class BatchStore(Store, Protocol):
+    """A :class:`Store` that can also load and commit for many instances at once (group
+    commit; see the module docstring). The host uses these methods when they are there."""
+
+    def load_many(self, instance_ids: Sequence[str]) -> dict[str, PositionRecord]:
+        """The records of those of ``instance_ids`` that exist (strongly consistent), by id.
+
+        :raises InvalidInstanceId: an id the backend cannot key (nothing is read).
+        """
+        ...
+
+    def commit_many(self, commits: Sequence[Commit]) -> list[StateboundError | None]:
+        """Apply each commit atomically and independently, together where the backend can.
+
+        Returns one slot per commit: ``None`` when it was applied, else the error that
+        kept it from being applied (``ConflictError``, ``ItemTooLarge``,
+        ``SerializationError``...), with nothing of it written. Raises only when nothing
+        at all was written (the whole batch failed, e.g. ``StoreUnavailable``).
+        The commits must touch disjoint instances (:func:`commit_instance_ids`).
+        """
         ...
 
 
