@@ -81,17 +81,18 @@ def main(argv: list[str]) -> int:
     elif mode == "sweep":
         node, batch = argv[3], int(argv[4])
         keys: list[list] = []
-        orig = host.fire
+        orig = host.fire_many
 
         peers = int(argv[5]) if len(argv) > 5 else 1
 
-        def fire(row, **kw):
-            res = orig(row, **kw)
-            keys.append([res.key[0], res.key[1], res.outcome])
-            if len(keys) == 1 and peers > 1:
+        def fire_many(rows, **kw):
+            results = orig(rows, **kw)
+            first = not keys
+            keys.extend([res.key[0], res.key[1], res.outcome] for res in results)
+            if first and keys and peers > 1:
                 meet(go, node, peers)
-            return res
-        host.fire = fire  # type: ignore[method-assign]
+            return results
+        host.fire_many = fire_many  # type: ignore[method-assign]
         sweeper = sb.Sweeper(host, batch=batch, node_id=node)
         wait_for(go)
         t0 = time.perf_counter()

@@ -104,17 +104,25 @@ def chart(text: str) -> sb.Chart:
 
 
 class Spy:
-    """Wraps a store and counts commits (a refusal must make none)."""
+    """Wraps a store and counts commits (a refusal must make none), the ones a group
+    commit applied included."""
 
     def __init__(self, store):
         self.store = store
         self.commits = 0
         orig = store.commit
+        orig_many = store.commit_many
 
         def commit(c):
             self.commits += 1
             return orig(c)
+
+        def commit_many(cs):
+            out = orig_many(cs)
+            self.commits += sum(1 for c, err in zip(cs, out, strict=True) if err is None and not c.empty)
+            return out
         store.commit = commit
+        store.commit_many = commit_many
 
 
 def dump(path) -> list[str]:

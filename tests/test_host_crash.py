@@ -434,3 +434,150 @@ def test_outbox_crash_before_and_after_every_statement(tmp_path, capsys):
     with capsys.disabled():
         print(f"\noutbox crash points covered: {covered} (statements per step {counts}); "
               f"{redelivered} deliveries repeated to idempotent receivers")
+
+
+# ----------------------------------------------------------------------------- group commit
+#
+# The same white-box crash injection on batches: one send_many that carries five events for
+# four orders (B twice, so the batch splits into two group commits), then one fire_due whose
+# three timeouts commit together. The caller re-sends an unacknowledged batch blindly, with
+# its idempotency keys; a crashed sweep is re-run (past the dead sweeper's lease). Nothing may
+# be lost or applied twice: the file must end row for row as a clean run's.
+
+PAY_BATCH = [("A", "StartPayment", {"card": "4242"}, "pay-A"), ("B", "StartPayment", None, "pay-B"),
+             ("C", "StartPayment", None, "pay-C"), ("B", "Complete", None, "done-B"),
+             ("D", "StartPayment", None, "pay-D")]
+
+
+def _send_batch(h, c):
+    results = h.send_many(PAY_BATCH)
+    assert all(r.ok for r in results), [r.error for r in results]
+
+
+def _fire_batch(h, c):
+    c.set(max(c.now_ms(), T0 + 3000))
+    results = h.fire_due()
+    assert len(results) <= 3 and {r.outcome for r in results} <= {"fired"}
+
+
+BATCH_STEPS = [("send_many", _send_batch), ("fire_due", _fire_batch)]
+
+
+def _start_orders(host):
+    for iid in "ABCD":
+        host.start("order", iid, DATA)
+
+
+def _batch_fired(store):
+    return all((row := store.get_timer((iid, 1))) is not None and row.state == DONE for iid in "ACD")
+
+
+def test_batch_crash_before_and_after_every_statement(tmp_path, capsys):
+    clean_path = tmp_path / "clean.db"
+    clock = sb.ManualClock(T0)
+    store, host = _open(clean_path, clock)
+    _start_orders(host)
+    begins = [0]
+    orig = store._execute
+
+    def counting(sql, params=()):
+        begins[0] += sql.startswith("BEGIN")
+        return orig(sql, params)
+    store._execute = counting
+    counts = _statements_per_step(store, BATCH_STEPS, host, clock)
+    # five events in two group commits (B came twice), then a claim and one group commit
+    assert begins[0] == 2 + 2 and host.metrics["fired"] == 3
+    store.close()
+    store, host = _open(clean_path, clock)
+    clean = {k: (p.configuration, p.macrostep) for k in "ABCD" for p in [host.get(k)]}
+    clean_dump = _table_dump(clean_path)
+    store.close()
+    assert clean["B"][0] == {"Done"} and all(clean[k][0] == {"Cancelled"} for k in "ACD")
+    assert clean_dump[2] == "ok"
+
+    covered = 0
+    kinds = set()
+    for s, (name, run) in enumerate(BATCH_STEPS):
+        for i in range(counts[s]):
+            for where in ("before", "after"):
+                path = tmp_path / f"batch-{s}-{i}-{where}.db"
+                clock = sb.ManualClock(T0)
+                store, host = _open(path, clock)
+                _start_orders(host)
+                for _n, earlier in BATCH_STEPS[:s]:
+                    earlier(host, clock)
+                st = _arm_crash(store, i, where)
+                with pytest.raises(SimulatedCrash):
+                    run(host, clock)
+                assert st["crashed"], f"{name}: statement {i} was never reached"
+                kinds.add(st["sql"].split()[0].upper())
+                store.close()
+                store, host = _open(path, clock)          # the restarted process
+                run(host, clock)                          # blind retry: same batch, same keys
+                if s == 1 and not _batch_fired(store):
+                    clock.advance(LEASE_MS)               # the crashed sweeper's claims lapse
+                    run(host, clock)
+                for _n, later in BATCH_STEPS[s + 1:]:
+                    later(host, clock)
+                where_ = f"crash {where} statement {i} of {name!r} ({st['sql'].split()[0]})"
+                assert {k: (p.configuration, p.macrostep) for k in "ABCD" for p in [host.get(k)]} == clean, where_
+                assert host.get("A").datamodel["card"] == "4242", where_
+                assert _table_dump(path) == clean_dump, where_
+                store.close()
+                path.unlink()
+                covered += 1
+    assert covered == 2 * sum(counts)
+    assert {"BEGIN", "SAVEPOINT", "RELEASE", "COMMIT", "SELECT", "UPDATE", "INSERT"} <= kinds
+    with capsys.disabled():
+        print(f"\nbatch crash points covered: {covered} (statements per step {counts})")
+
+
+def test_batch_outbox_crash_before_and_after_every_statement(tmp_path, capsys):
+    """A send_many whose two events each start a charge (invoke rows written by the group
+    commit, handed over after it); A's answers at once and sends a receipt."""
+    def setup(h, c, w):
+        h.start("order", "A", {"amount": 25}, idempotency_key="start-A")
+        h.start("order", "B", {"amount": 40}, idempotency_key="start-B")
+
+    def pay(h, c, w):
+        results = h.send_many([("A", "StartPayment", {"card": "4242"}, "pay-A"),
+                               ("B", "StartPayment", {"card": "5555"}, "pay-B")])
+        assert all(r.ok for r in results), [r.error for r in results]
+
+    world = _world()
+    clock = sb.ManualClock(T0)
+    store, host = _open_outbox(tmp_path / "clean.db", clock, world)
+    setup(host, clock, world)
+    [count] = _statements_per_step(store, [("pay", pay)], host, clock, world)
+    _bank_answers(host, clock, world)
+    _drain(host, clock)
+    clean = _outcome(tmp_path / "clean.db", host)
+    store.close()
+    assert world[0].calls and len(world[1].receipts) == 2
+    covered = redelivered = 0
+    for i in range(count):
+        for where in ("before", "after"):
+            path = tmp_path / f"bo-{i}-{where}.db"
+            w = _world()
+            clock = sb.ManualClock(T0)
+            store, host = _open_outbox(path, clock, w)
+            setup(host, clock, w)
+            st = _arm_crash(store, i, where)
+            with pytest.raises(SimulatedCrash):
+                pay(host, clock, w)
+            store.close()
+            store, host = _open_outbox(path, clock, w)
+            pay(host, clock, w)                            # the caller's blind retry
+            _bank_answers(host, clock, w)
+            _drain(host, clock)
+            where_ = f"crash {where} statement {i} ({st['sql'].split()[0]})"
+            assert w[0].charges == world[0].charges and w[1].receipts == world[1].receipts, where_
+            assert _outcome(path, host) == clean, where_
+            assert host.dead_timers() == []
+            redelivered += (len(w[0].calls) - len(world[0].calls)) + (len(w[1].calls) - len(world[1].calls))
+            store.close()
+            path.unlink()
+            covered += 1
+    assert redelivered > 0
+    with capsys.disabled():
+        print(f"\nbatch outbox crash points covered: {covered}; {redelivered} deliveries repeated")

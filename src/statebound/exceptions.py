@@ -27,7 +27,8 @@ so a host can catch the whole family in one clause and still tell the cases apar
     │   │   ├── PayloadTooLarge       over the receiving service's size limit
     │   │   └── PayloadNotJSON        data that strict JSON cannot carry (NaN, bytes...)
     │   ├── DeliveryFailed            this attempt failed; the outbox retries it
-    │   └── IdempotencyKeyReused      an idempotency key came back with other data
+    │   ├── IdempotencyKeyReused      an idempotency key came back with other data
+    │   └── InvalidBatchItem          a send_many item that is not (id, event[, data, key])
     └── StoreError                    anything a backend could not do
         ├── ConflictError             optimistic version check failed
         ├── ItemTooLarge              a position or commit over the backend's limit
@@ -72,6 +73,7 @@ __all__ = [
     "PayloadNotJSON",
     "DeliveryFailed",
     "IdempotencyKeyReused",
+    "InvalidBatchItem",
     "StoreError",
     "ConflictError",
     "ItemTooLarge",
@@ -352,6 +354,18 @@ class IdempotencyKeyReused(HostError):
         self.key = key
         super().__init__(f"idempotency key {key!r} was already used on instance {instance_id!r} "
                          f"with a different {what}; use a new key for a new request")
+
+
+class InvalidBatchItem(HostError, ValueError):
+    """An item of ``host.send_many`` that is not ``(instance_id, event[, data[,
+    idempotency_key]])``. Reported in that item's result; the other items go on.
+
+    :ivar index: the item's position in the input.
+    """
+
+    def __init__(self, index: int, reason: str) -> None:
+        self.index = index
+        super().__init__(f"send_many item {index}: {reason}")
 
 
 # --------------------------------------------------------------------------- stores

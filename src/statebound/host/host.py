@@ -12,6 +12,10 @@ unit of work:
 4. hand the outbox rows just written to their send processors and invoke handlers
    (``outbox.py``), outside the transaction; the sweeper retries whatever fails.
 
+``send_many`` and ``fire_many`` (so ``fire_due``) run the same units for many items and
+write the commits of disjoint instances together, one store transaction per group
+(``batch.py``).
+
 A crash before the commit applies nothing; after it, everything. A version conflict
 reloads and re-runs the whole unit (the interpreter is deterministic, so re-running is
 safe). Nothing is written when a call is refused (unknown instance, halted, exists).
@@ -36,11 +40,12 @@ from ..effects import (Autoforward, BudgetExhausted, Cancel, CancelInvoke, Done,
                        SendDelayed)
 from ..events import BASICHTTP_PROCESSOR, SCXML_PROCESSOR, Event
 from ..exceptions import (BudgetExceeded, ChartError, ConflictError, IdempotencyKeyReused, InstanceExists,
-                          InstanceNotFound, InstanceSuspended, NotRunning, PositionError, StateboundError,
-                          UnknownChart)
+                          InstanceNotFound, InstanceSuspended, InvalidBatchItem, NotRunning, PositionError,
+                          StateboundError, UnknownChart)
 from ..interpreter import Interpreter, Position
-from ..interpreter.state import RUNNING
+from ..interpreter.state import RUNNING, make_position
 from ..position import read_header
+from .batch import FireJob, GroupCommit, SendJob, SendResult
 from .clock import Clock, SystemClock
 from . import migration
 from . import history as history_mod
@@ -49,14 +54,14 @@ from .memory import MemoryStore
 from .migration import MigrationResult
 from .outbox import Outbox, check_invokers, check_processors
 from .processors import InvokeHandler, SendProcessor
-from .store import (CLAIMED, DEAD, DONE, PENDING, SUSPENDED, TIMER, Commit, KeyRecord, PositionWrite, Store, TimerCompletion,
-                    TimerRef, TimerRow)
+from .store import (CLAIMED, DEAD, DONE, PENDING, SUSPENDED, TIMER, Commit, KeyRecord, PositionRecord, PositionWrite,
+                    Store, TimerCompletion, TimerRef, TimerRow, check_instance_id)
 from .unit import AlreadyDone as _AlreadyDone
 from .unit import Entry as _Entry
 from .unit import FireResult
 from .unit import Unit as _Unit
 
-__all__ = ["Host", "FireResult", "child_instance_id", "MAX_INVOKE_DEPTH"]
+__all__ = ["Host", "FireResult", "SendResult", "child_instance_id", "MAX_INVOKE_DEPTH"]
 
 log = logging.getLogger("statebound")
 
@@ -119,6 +124,9 @@ class Host:
         call becomes a span, and its traceparent rides in ``caller_context`` to the rows it
         arms, whose fire links back to it (``host/tracing.py``, the ``otel`` extra). ``None``
         (the default) never imports OpenTelemetry.
+    :param max_batch: the most units one group commit carries (``send_many``,
+        ``fire_many``, ``fire_due``): on SQLite, one transaction and one fsync for them all.
+        ``1`` commits every unit on its own. See ``docs/batch.md``.
     """
 
     def __init__(self, charts: Iterable[Chart] = (), store: Store | None = None, clock: Clock | None = None, *,
@@ -132,7 +140,8 @@ class Host:
                  processors: Mapping[str, SendProcessor | Any] | None = None,
                  invokers: Mapping[str, InvokeHandler] | None = None, outbox_lease_ms: int = 30_000,
                  deliver_after_commit: bool = True, idempotency_retention: int = 100,
-                 history: bool | int = False, history_ttl_s: int | None = None, tracer: Any = None) -> None:
+                 history: bool | int = False, history_ttl_s: int | None = None, tracer: Any = None,
+                 max_batch: int = 100) -> None:
         self.store: Store = store if store is not None else MemoryStore()
         self.clock: Clock = clock if clock is not None else SystemClock()
         self.max_rounds = max_rounds
@@ -149,8 +158,9 @@ class Host:
         self.on_log = on_log
         self.node_id = node_id or "host"
         self.http_base = http_base.rstrip("/") if http_base else None
-        if outbox_lease_ms < 0 or idempotency_retention < 1:
-            raise ValueError("outbox_lease_ms must be >= 0 and idempotency_retention >= 1")
+        if outbox_lease_ms < 0 or idempotency_retention < 1 or max_batch < 1:
+            raise ValueError("outbox_lease_ms must be >= 0, idempotency_retention and max_batch >= 1")
+        self.max_batch = max_batch
         #: send processors by type name (see ``processors=``)
         self.processors: dict[str, Any] = check_processors(processors)
         #: invoke handlers by type name (see ``invokers=``)
@@ -166,6 +176,7 @@ class Host:
             from .tracing import Tracing   # only now: a host without a tracer never imports opentelemetry
             self._tracing = Tracing(tracer)
         self._outbox = Outbox(self)
+        self._group = GroupCommit(self)
         self._charts: dict[str, Chart] = {}
         self._revisions: dict[str, dict[str, Chart]] = {}
         self._interpreters: dict[str, Interpreter] = {}   # by chart identity
@@ -294,6 +305,53 @@ class Host:
             return self._tracing.call("send", instance_id, event.name if isinstance(event, Event) else event,
                                       lambda ctx: self.send(instance_id, event, data, caller_context=ctx,
                                                             idempotency_key=idempotency_key), caller_context)
+        ev, key, fingerprint = self._prepare_event(event, data, idempotency_key)
+        return self._run(self._send_unit(instance_id, ev, key, fingerprint, caller_context))
+
+    def send_many(self, items: Iterable[Any], *, caller_context: Any = None) -> list[SendResult]:
+        """Deliver many external events with group commit: each item is applied exactly as
+        :meth:`send` would apply it, and the commits of up to ``max_batch`` items are
+        written together (on SQLite, one transaction and one fsync for the lot).
+
+        ``host.send_many([("order-1", "Pay"), ("order-2", "Pay", {"card": "x"}, "req-17")])``
+
+        :param items: tuples ``(instance_id, event[, data[, idempotency_key]])``; ``event``
+            is an :class:`Event` or a name, as for :meth:`send`. An instance may appear more
+            than once: its items are applied in input order.
+        :param caller_context: handed to every item's drive, as for :meth:`send`.
+        :return: one :class:`SendResult` per item, in input order: the position, or the
+            error :meth:`send` would have raised for that item (nothing of it written).
+            One item's error never fails or holds back another; a crash before the return
+            may have applied any prefix of the groups, so re-send with idempotency keys.
+            With a ``tracer``, every item is a traced :meth:`send` of its own (a span and a
+            commit each).
+        """
+        results: list[SendResult | None] = []
+        jobs = []
+        for index, item in enumerate(items):
+            results.append(None)
+            try:
+                iid, event, data, key = _batch_item(index, item)
+                check_instance_id(iid)
+                ev, key, fingerprint = self._prepare_event(event, data, key)
+            except (StateboundError, ValueError, TypeError) as exc:
+                named = item[0] if isinstance(item, (tuple, list)) and item and isinstance(item[0], str) else None
+                results[index] = SendResult(index, named, None, exc)
+                continue
+            if self._tracing is not None:   # a span per item: each is its own traced send
+                try:
+                    results[index] = SendResult(index, iid, self.send(iid, ev, caller_context=caller_context,
+                                                                      idempotency_key=key))
+                except Exception as exc:  # the item's own error, reported in its slot
+                    results[index] = SendResult(index, iid, None, exc)
+                continue
+            jobs.append(SendJob(self, results, index, iid, self._send_unit(iid, ev, key, fingerprint, caller_context)))
+        self._group.run(jobs)
+        return [r for r in results if r is not None]
+
+    @staticmethod
+    def _prepare_event(event: Event | str, data: Any, idempotency_key: str | None) -> tuple[Event, str | None, bytes]:
+        """The event as the chart will see it, its idempotency key and the key's fingerprint."""
         ev = event if isinstance(event, Event) else Event(event, data)
         if isinstance(event, Event) and data is not None:
             raise TypeError("pass data inside the Event, or pass an event name with data=")
@@ -304,7 +362,11 @@ class Host:
             check_key(key)
             ev = replace(ev, idempotency_key=None)   # the chart never sees it
         fingerprint = b"" if key is None else event_fingerprint(ev)
+        return ev, key, fingerprint
 
+    def _send_unit(self, instance_id: str, ev: Event, key: str | None, fingerprint: bytes,
+                   caller_context: Any) -> Any:
+        """The unit of work of one external event (shared by ``send`` and ``send_many``)."""
         def unit(u: _Unit) -> Position:
             u.call = {"op": "send", "instance": instance_id, "idempotency_key": key, "caller_context": caller_context}
             e = self._load(u, instance_id)
@@ -323,7 +385,7 @@ class Host:
             u.queue.append((instance_id, ev, caller_context))
             self._drain(u)
             return self._result(u, instance_id)
-        return self._run(unit)
+        return unit
 
     def _seen(self, e: _Entry, instance_id: str, key: str, fingerprint: bytes, what: str) -> bool:
         """Whether ``key`` was applied already (then the call is a repeat and writes nothing)."""
@@ -505,11 +567,30 @@ class Host:
         return self.store.next_due()
 
     def fire_due(self, limit: int = 100, *, node_id: str | None = None, lease_ms: int = 30_000) -> list[FireResult]:
-        """Claim and fire up to ``limit`` rows that are due at ``clock.now_ms()``."""
+        """Claim and fire up to ``limit`` rows that are due at ``clock.now_ms()``, with group
+        commit (see :meth:`fire_many`)."""
         node = node_id or self.node_id
         now = self.clock.now_ms()
         rows = self.store.claim_due(now, limit, node, lease_ms)
-        return [self.fire(row, node_id=node) for row in rows]
+        return self.fire_many(rows, node_id=node)
+
+    def fire_many(self, rows: Iterable[TimerRow], *, node_id: str | None = None) -> list[FireResult]:
+        """Fire claimed rows as :meth:`fire` would, one result per row in order, committing
+        the timer fires of up to ``max_batch`` independent instances together (on SQLite,
+        one transaction and one fsync). Rows of one instance fire in the given order;
+        outbox rows, which call the outside world first, fire on their own in their place.
+
+        A host whose ``fire`` is overridden (a subclass or wrapper that logs or counts every
+        fire), or that has a ``tracer`` (a span per fire, linked to the one that armed the
+        row), fires every row through ``fire``, one commit each, as before group commit.
+        """
+        node = node_id or self.node_id
+        rows = list(rows)
+        if type(self).fire is not Host.fire or "fire" in vars(self) or self._tracing is not None:
+            return [self.fire(row, node_id=node) for row in rows]
+        results: list[FireResult | None] = [None] * len(rows)
+        self._group.run([FireJob(self, results, i, row, node) for i, row in enumerate(rows)])
+        return [r for r in results if r is not None]
 
     # ------------------------------------------------------------------ firing
     def fire(self, row: TimerRow, *, node_id: str | None = None) -> FireResult:
@@ -524,8 +605,23 @@ class Host:
             return self._tracing.fire(row, lambda r: self.fire(r, node_id=node_id))
         node = node_id or self.node_id
         lag = max(0, self.clock.now_ms() - row.ready_at_ms)
-        if row.kind != TIMER:
+        unit = self._fire_unit(row)
+        if unit is None:
             return self._outbox.fire(row, node, lag)
+        try:
+            outcome, reason = self._run(unit, completion=lambda o: self._fire_completion(row, node, o))
+        except _AlreadyDone:
+            return FireResult(row.key, "skipped", "completed elsewhere", lag)
+        except Exception as exc:  # a delivery failure must not lose the row
+            return self._fire_failed(row, node, exc, lag)
+        self._count(outcome)
+        return FireResult(row.key, outcome, reason, lag)
+
+    def _fire_unit(self, row: TimerRow) -> Any:
+        """The unit of work that fires a timer row (``None`` for an outbox row): returns
+        ``(outcome, reason)`` for the row's completion."""
+        if row.kind != TIMER:
+            return None
 
         def unit(u: _Unit) -> tuple[str, str | None]:
             u.protected = row.key
@@ -557,18 +653,18 @@ class Host:
                 u.queue.append((row.target_id, Event.from_dict(row.event), row.caller_context))
                 self._drain(u)
             return outcome, reason
+        return unit
 
-        try:
-            outcome, reason = self._run(
-                unit, completion=lambda o: None if o[0] == "parked" else TimerCompletion(row.key, o[0], o[1], node))
-        except _AlreadyDone:
-            return FireResult(row.key, "skipped", "completed elsewhere", lag)
-        except Exception as exc:  # a delivery failure must not lose the row
-            attempts = row.attempts + 1
-            self._release(row, node, f"{type(exc).__name__}: {exc}", attempts)
-            return FireResult(row.key, "failed", str(exc), lag)
-        self._count(outcome)
-        return FireResult(row.key, outcome, reason, lag)
+    @staticmethod
+    def _fire_completion(row: TimerRow, node: str, result: tuple[str, str | None]) -> TimerCompletion | None:
+        """How a fire's commit finishes its row (a row parked for a suspended instance is
+        rewritten in place instead)."""
+        return None if result[0] == "parked" else TimerCompletion(row.key, result[0], result[1], node)
+
+    def _fire_failed(self, row: TimerRow, node: str, exc: Exception, lag: int) -> FireResult:
+        """A timer's delivery failed: release the row with backoff, or park it as dead."""
+        self._release(row, node, f"{type(exc).__name__}: {exc}", row.attempts + 1)
+        return FireResult(row.key, "failed", str(exc), lag)
 
     def _release(self, row: TimerRow, node: str, error: str, attempts: int) -> None:
         """A failed delivery: back off exponentially, or park the row after ``max_attempts``."""
@@ -595,9 +691,7 @@ class Host:
                 # Writers that collided retry at once and collide again; a random pause,
                 # growing with each attempt, spreads them out (full jitter).
                 time.sleep(self._random.uniform(0, min(self.conflict_backoff_s * (2 ** attempt), 0.25)))
-            u = _Unit(budget=budget)
-            result = fn(u)
-            commit = self._build_commit(u, completion(result) if completion else None)
+            u, result, commit = self._attempt(fn, completion, None, budget)
             try:
                 if not commit.empty:
                     self.store.commit(commit)
@@ -620,6 +714,18 @@ class Host:
             return result
         assert last is not None
         raise last
+
+    def _attempt(self, fn: Any, completion: Any, cache: dict[str, PositionRecord | None] | None = None,
+                 budget: Budget | None = None) -> tuple[_Unit, Any, Commit]:
+        """Run a unit once, from fresh loads (or ``cache``, in a batch), and build its commit.
+
+        ``budget`` is the call's (``_run`` shares one across retries); a unit of a group gets
+        its own, started now, since a budget counts this thread's CPU from its start."""
+        if budget is None:
+            budget = Budget(self.max_cpu_ms, self.max_memory_bytes).start()
+        u = _Unit(cache=cache, budget=budget)
+        result = fn(u)
+        return u, result, self._build_commit(u, completion(result) if completion else None)
 
     def _build_commit(self, u: _Unit, completion: TimerCompletion | None) -> Commit:
         writes = []
@@ -651,8 +757,9 @@ class Host:
         e = u.entries.get(instance_id)
         if e is not None:
             return None if e.deleted else e
-        rec = self.store.load(instance_id)
+        rec = self._fetch(u, instance_id)
         if rec is None:
+            u.missing.add(instance_id)
             return None
         pos = Position.from_bytes(rec.blob, self._chart_for_blob(rec.chart, rec.blob))
         e = _Entry(rec, self._stamp(u, pos), rec.chart, list(rec.timers), rec.parent, keys=list(rec.idempotency),
@@ -662,11 +769,17 @@ class Host:
         u.entries[instance_id] = e
         return e
 
+    def _fetch(self, u: _Unit, instance_id: str) -> PositionRecord | None:
+        """An instance's stored record: read ahead by a batch, else loaded now."""
+        cache = u.cache
+        if cache is not None and instance_id in cache:
+            return cache[instance_id]
+        return self.store.load(instance_id)
+
     def _stamp(self, u: _Unit, pos: Position) -> Position:
         def routes(session_id: str) -> bool:
             return self._load(u, session_id) is not None
-        return pos.restamp(routes=routes, ioprocessors=self._ioprocessors(pos.session_id),
-                           invokers=self._invoker_types)
+        return _restamp(pos, routes, self._ioprocessors(pos.session_id), self._invoker_types)
 
     def _ioprocessors(self, instance_id: str) -> dict[str, Any] | None:
         # every send processor is an I/O processor the chart may name (SCXML 5.10's _ioprocessors)
@@ -683,7 +796,7 @@ class Host:
     def _result(self, u: _Unit, instance_id: str) -> Position:
         e = u.entries[instance_id]
         assert e.position is not None
-        return e.position.restamp()
+        return _restamp(e.position)
 
     # ------------------------------------------------------------------ driving
     def _start_instance(self, u: _Unit, instance_id: str, chart: Chart, data: Mapping[str, Any] | None,
@@ -692,7 +805,7 @@ class Host:
         existing = u.entries.get(instance_id)
         record = existing.record if existing is not None else None
         if existing is None and parent is not None:
-            record = self.store.load(instance_id)  # a leftover child is replaced, not duplicated
+            record = self._fetch(u, instance_id)  # a leftover child is replaced, not duplicated
         e = _Entry(record, None, chart.name, [], parent)
         if self.history is not None:
             e.steps, e.started = [], {"data": dict(data) if data is not None else None, "parent": parent,
@@ -939,6 +1052,15 @@ def _out_of_budget(effects: tuple[Any, ...]) -> bool:
     return len(effects) == 1 and type(effects[0]) is BudgetExhausted and effects[0].reason != "rounds"
 
 
+def _restamp(pos: Position, routes: Any = None, ioprocessors: Any = None, invokers: Any = None) -> Position:
+    """``pos.restamp(...)`` built the interpreter's fast way: twice on every host call, and
+    ``dataclasses.replace`` costs about three times as much."""
+    return make_position(pos.chart, pos.session_id, pos.status, pos.states, pos.history, pos.data, pos.macrostep,
+                         pos.send_counter, pos.ordinal, pos.invoke_counter, pos.invocations, pos.initialized,
+                         pos.parent, pos.invokeid, pos.timeouts, routes=routes, ioprocessors=ioprocessors,
+                         invokers=invokers)
+
+
 def _bump_ordinal(pos: Position) -> Position:
     return replace(pos, ordinal=pos.ordinal + 1)
 
@@ -948,6 +1070,18 @@ def _to_invoked(eff: Send) -> bool:
     t = eff.target
     return (eff.type == SCXML_PROCESSOR and t is not None and t.startswith("#_")
             and not t.startswith("#_scxml_") and t not in ("#_parent", "#_internal"))
+
+
+def _batch_item(index: int, item: Any) -> tuple[str, Any, Any, Any]:
+    """``(instance_id, event[, data[, idempotency_key]])`` of a ``send_many`` item."""
+    if not isinstance(item, (tuple, list)) or not 2 <= len(item) <= 4:
+        raise InvalidBatchItem(index, f"expected (instance_id, event[, data[, idempotency_key]]), got {item!r:.80}")
+    iid, event, data, key = (*item, None, None)[:4]
+    if not isinstance(iid, str):
+        raise InvalidBatchItem(index, f"the instance id must be a string, not {type(iid).__name__}")
+    if not isinstance(event, (str, Event)):
+        raise InvalidBatchItem(index, f"the event must be a name or an Event, not {type(event).__name__}")
+    return iid, event, data, key
 
 
 def _check_storable(value: Any, what: str) -> None:

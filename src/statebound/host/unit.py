@@ -74,6 +74,11 @@ class Unit:
     budget: Budget | None = None
     #: sessions started in this unit (drives that deliveries does not count)
     starts: int = 0
+    #: records read ahead for a batch (``None``: the instance does not exist); a unit of a
+    #: group commit loads from here first (``batch.py``)
+    cache: dict[str, PositionRecord | None] | None = None
+    #: instances this unit looked for and did not find (a batch keeps them out of other units)
+    missing: set[str] = field(default_factory=set)
 
 
 class AlreadyDone(Exception):

@@ -1,0 +1,253 @@
+"""Group commit: many independent host calls, one store transaction.
+
+``host.send_many`` and ``host.fire_many`` (and so ``fire_due`` and the sweeper) run one
+unit of work per item, exactly the one ``send`` or ``fire`` would run, but hand the commits
+of up to ``Host(max_batch=...)`` units to ``store.commit_many`` together: on SQLite that is
+one transaction and one fsync for the lot, instead of one each. The records the items
+name are read first with one ``store.load_many`` (SQLite: one ``SELECT ... IN``;
+DynamoDB: ``BatchGetItem``).
+
+What keeps a batch equal to the same calls made one after another:
+
+* **Disjoint units.** The units of one group touch disjoint instances. An item whose
+  instance an earlier unit of the group touched (the same instance twice, or a send that
+  is routed to a parent or a child the group drives) closes the group: the group commits,
+  then the item runs on what it wrote. The items of one instance are therefore applied in
+  input order, and an idempotency key repeated within a batch is found like one repeated
+  across calls.
+* **Each commit all or nothing.** The store applies each commit of the group on its own
+  terms (SQLite: a savepoint each). A commit that conflicts writes nothing and its item
+  runs again **alone**, reloading, with the usual retries; one that cannot be stored
+  (too large, unserializable) fails alone. No item waits on, or fails with, another's error.
+* **Crashes.** Until the group's transaction commits nothing of it is written; after, all
+  of it. A caller that re-sends an unacknowledged batch with idempotency keys applies each
+  item once; a sweeper's claims lapse and the rows fire again.
+* **Outbox rows** the group wrote are handed to their processors and handlers after the
+  group's commit, as a single call's are after its own.
+
+Each unit of a group has the CPU and memory budget of one host call (``Host(max_cpu_ms=...)``);
+a unit re-run alone after a conflict starts a fresh one, since a budget counts this thread's
+CPU from its start and the group ran other units in between.
+
+Outbox rows in ``fire_many`` (sends, invokes, cancels) call the outside world before they
+commit, so each is fired on its own, in its place in the claimed order.
+
+A store without ``commit_many`` (a wrapper, an older backend) gets one commit per item.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from ..exceptions import ConflictError, StateboundError
+from ..interpreter import Position
+from .store import Commit, PositionRecord, TimerCompletion, TimerRow, commit_instance_ids
+from .unit import FireResult, Unit
+
+if TYPE_CHECKING:
+    from .host import Host
+
+__all__ = ["SendResult", "GroupCommit", "Job", "SendJob", "FireJob"]
+
+log = logging.getLogger("statebound")
+
+
+@dataclass(frozen=True, slots=True)
+class SendResult:
+    """What ``host.send_many`` did with one item.
+
+    Exactly one of ``position`` and ``error`` is set.
+
+    :ivar index: the item's position in the input.
+    :ivar instance_id: the instance it was addressed to (``None`` if the item had none).
+    :ivar position: the instance's position after the event and everything it caused
+        (for a repeated idempotency key, its current position), as ``host.send`` returns it.
+    :ivar error: what ``host.send`` would have raised for this item, with nothing of the
+        item written: ``InstanceNotFound``, ``NotRunning``, ``IdempotencyKeyReused``,
+        ``InvalidBatchItem``, a ``StoreError``...
+    """
+
+    index: int
+    instance_id: str | None
+    position: Position | None = None
+    error: Exception | None = None
+
+    @property
+    def ok(self) -> bool:
+        """Whether the item was applied (or was a repeat of an applied key)."""
+        return self.error is None
+
+    def unwrap(self) -> Position:
+        """The position, or raise the item's error."""
+        if self.error is not None:
+            raise self.error
+        assert self.position is not None
+        return self.position
+
+
+class Job:
+    """One item of a batch. ``unit`` is ``None`` for an item that only runs alone."""
+
+    #: the instances the item is addressed to, known before it runs
+    ids: tuple[str, ...] = ()
+    unit: Callable[[Unit], Any] | None = None
+
+    def completion(self, result: Any) -> TimerCompletion | None:
+        """The row completion the unit's commit carries, if any."""
+        return None
+
+    def done(self, result: Any) -> None:
+        """The unit's commit landed (or it had nothing to write)."""
+
+    def failed(self, exc: Exception) -> None:
+        """The item failed with nothing of it written."""
+
+    def alone(self) -> None:
+        """Run the whole call on its own, with its own reloads and retries."""
+
+
+class SendJob(Job):
+    """An item of ``send_many``."""
+
+    def __init__(self, host: Host, results: list[SendResult | None], index: int, instance_id: str,
+                 unit: Callable[[Unit], Position]) -> None:
+        self.host, self.results, self.index = host, results, index
+        self.ids = (instance_id,)
+        self.unit = unit
+
+    def done(self, result: Any) -> None:
+        self.results[self.index] = SendResult(self.index, self.ids[0], result)
+
+    def failed(self, exc: Exception) -> None:
+        self.results[self.index] = SendResult(self.index, self.ids[0], None, exc)
+
+    def alone(self) -> None:
+        assert self.unit is not None
+        try:
+            self.done(self.host._run(self.unit))
+        except Exception as exc:  # the item's own error, reported in its slot
+            self.failed(exc)
+
+
+class FireJob(Job):
+    """A claimed row of ``fire_many``: a timer runs in the group, an outbox row alone."""
+
+    def __init__(self, host: Host, results: list[FireResult | None], index: int, row: TimerRow, node: str) -> None:
+        self.host, self.results, self.index, self.row, self.node = host, results, index, row, node
+        self.lag = max(0, host.clock.now_ms() - row.ready_at_ms)
+        self.ids = (row.instance_id,) if row.target_id == row.instance_id else (row.instance_id, row.target_id)
+        self.unit = host._fire_unit(row)
+
+    def completion(self, result: Any) -> TimerCompletion | None:
+        return self.host._fire_completion(self.row, self.node, result)
+
+    def done(self, result: Any) -> None:
+        self.host._count(result[0])
+        self.results[self.index] = FireResult(self.row.key, result[0], result[1], self.lag)
+
+    def failed(self, exc: Exception) -> None:
+        self.results[self.index] = self.host._fire_failed(self.row, self.node, exc, self.lag)
+
+    def alone(self) -> None:
+        self.results[self.index] = self.host.fire(self.row, node_id=self.node)
+
+
+class GroupCommit:
+    """Runs jobs in groups of disjoint units, one ``commit_many`` per group.
+
+    Private to :class:`~statebound.Host`, which owns one.
+    """
+
+    def __init__(self, host: Host) -> None:
+        self.host = host
+
+    def run(self, jobs: Sequence[Job]) -> None:
+        """Run every job; each reports its own result through ``done``/``failed``."""
+        h = self.host
+        commit_many = getattr(h.store, "commit_many", None)
+        if commit_many is None or h.max_batch <= 1:
+            for job in jobs:
+                job.alone()
+            return
+        cache: dict[str, PositionRecord | None] = {}
+        i = 0
+        while i < len(jobs):
+            window = jobs[i:i + h.max_batch]
+            self._prefetch(window, cache)
+            group: list[tuple[Job, Unit, Any, Commit]] = []
+            touched: set[str] = set()
+            for job in window:
+                if not touched.isdisjoint(job.ids):
+                    break               # the group commits first; this job then sees its writes
+                if job.unit is None:
+                    job.alone()
+                    for iid in job.ids:
+                        cache.pop(iid, None)
+                    i += 1
+                    continue
+                try:
+                    u, result, commit = h._attempt(job.unit, job.completion, cache)
+                except Exception as exc:  # refused (unknown instance, halted...) or a drive failure
+                    job.failed(exc)
+                    i += 1
+                    continue
+                mine = set(u.entries) | u.missing | commit_instance_ids(commit)
+                if not touched.isdisjoint(mine):
+                    break               # routed into the group's instances: run it again after
+                touched |= mine
+                group.append((job, u, result, commit))
+                i += 1
+            self._flush(group, commit_many)
+            for iid in touched:
+                cache.pop(iid, None)
+
+    def _prefetch(self, window: Sequence[Job], cache: dict[str, PositionRecord | None]) -> None:
+        load_many = getattr(self.host.store, "load_many", None)
+        if load_many is None:
+            return
+        want = list(dict.fromkeys(iid for job in window if job.unit is not None for iid in job.ids
+                                  if iid not in cache))
+        if not want:
+            return
+        try:
+            found = load_many(want)
+        except StateboundError as exc:  # e.g. an id this store cannot key: each unit loads, and fails, alone
+            log.debug("batch load of %d instance(s) failed (%s); loading one by one", len(want), exc)
+            return
+        for iid in want:
+            cache[iid] = found.get(iid)
+
+    def _flush(self, group: list[tuple[Job, Unit, Any, Commit]], commit_many: Any) -> None:
+        if not group:
+            return
+        h = self.host
+        commits = [c for _, _, _, c in group]
+        outcomes: list[Exception | None]
+        if all(c.empty for c in commits):
+            outcomes = [None] * len(group)
+        else:
+            try:
+                outcomes = list(commit_many(commits))
+            except StateboundError as exc:  # the store wrote none of them: the error is everyone's
+                for job, *_ in group:
+                    job.failed(exc)
+                return
+            h.metrics["group_commits"] = h.metrics.get("group_commits", 0) + 1
+        deliver: list[TimerRow] = []
+        for (job, u, result, commit), err in zip(group, outcomes, strict=True):
+            if err is None:
+                if not commit.empty:
+                    h.metrics["commits"] += 1
+                if u.deliver:
+                    deliver.extend(r for r in commit.timers_put if r.key in u.deliver)
+                job.done(result)
+            elif isinstance(err, ConflictError):
+                h.metrics["conflicts"] += 1
+                job.alone()             # reload and retry on its own, as a single call would
+            else:
+                job.failed(err)
+        if deliver:
+            h._outbox.after_commit(deliver)
