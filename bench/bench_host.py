@@ -169,14 +169,16 @@ def bench_lag(ctx: Any) -> list[dict]:
             due = base + (i * span_ms) // n
             host.start("ticker", f"l{i:04d}", {"delay": f"{max(0, due - host.clock.now_ms())}ms"})
         lags: list[int] = []
-        orig = host.fire
+        orig = host.fire_many
 
-        def fire(row: Any, **kw: Any) -> Any:
-            res = orig(row, **kw)
-            if res.outcome == "fired":
-                lags.append(max(0, host.clock.now_ms() - row.due_at_ms))
-            return res
-        host.fire = fire  # type: ignore[method-assign]
+        def fire_many(rows: Any, **kw: Any) -> Any:
+            rows = list(rows)
+            results = orig(rows, **kw)
+            now = host.clock.now_ms()   # after the group's commit
+            lags.extend(max(0, now - row.due_at_ms) for row, res in zip(rows, results, strict=True)
+                        if res.outcome == "fired")
+            return results
+        host.fire_many = fire_many  # type: ignore[method-assign]
         late_setup = sum(1 for r in (host.pending_timers(f"l{i:04d}") for i in range(n))
                          for x in r if x.due_at_ms < host.clock.now_ms())
         sw = sb.Sweeper(host, interval_s=interval, jitter=0.2, node_id="lag")

@@ -299,6 +299,7 @@ def _check_after(runner: adapters.Runner, w: str) -> None:
 
 __import__("bench_blob").register(section)  # section blob (bench/bench_blob.py)
 __import__("bench_host").register(section)  # sections host, sweeper, lag (bench/bench_host.py)
+__import__("bench_batch").register(section)  # section batch: group commit (bench/bench_batch.py)
 __import__("bench_outbox").register(section)  # section outbox (bench/bench_outbox.py)
 __import__("bench_dynamo").register(section)  # section dynamodb, on moto (bench/bench_dynamo.py)
 __import__("bench_ecma").register(section)  # section ecmascript (bench/bench_ecma.py)
