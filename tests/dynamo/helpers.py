@@ -9,11 +9,20 @@ from statebound.dynamodb import DynamoStore
 REGION = "us-east-1"
 
 
-def make_store(client, table_name, **kw):
-    """A DynamoStore with test-friendly defaults: 4 shards, no real sleeping on retries."""
+def make_store(client, table_name, *, batch_workers=None, **kw):
+    """A DynamoStore with test-friendly defaults: 4 shards, no real sleeping on retries.
+
+    Group commits write from one thread on in-process moto, whose writes are not safe
+    across threads (``shared/notes/moto.md``), and from the default pool on the serialised
+    moto server, unless ``batch_workers`` says otherwise."""
     kw.setdefault("shards", 4)
     kw.setdefault("sleep", lambda seconds: None)
-    return DynamoStore(table_name, client, **kw)
+    store = DynamoStore(table_name, client, **kw)
+    if batch_workers is None and not str(client.meta.endpoint_url).startswith("http://127.0.0.1"):
+        batch_workers = 1
+    if batch_workers is not None:
+        store.batch_workers = batch_workers
+    return store
 
 
 class CallLog:

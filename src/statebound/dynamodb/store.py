@@ -22,6 +22,9 @@ Costs per operation (one "call" is one HTTP request; botocore's own retries asid
                             is the commit's completion condition (see below). Plus, now
                             and then, 1 ``UpdateItem`` per shard whose cursor moves, and
                             after an outage 1 ``Scan`` of the due index (see below)
+``load_many``               1 ``BatchGetItem`` per 100 ids (more for unprocessed keys)
+``commit_many``             each commit as ``commit``, ``batch_workers`` in parallel
+                            (``_batch.py``: why not one transaction)
 ``release``                 1 ``GetItem`` + 1 conditional ``PutItem``
 ``retry_timer``             1 conditional ``UpdateItem``
 ``next_due``                1 ``Query`` per (bucket, shard) up to a horizon, then, only
@@ -82,9 +85,10 @@ from typing import Any
 import boto3
 from botocore.exceptions import ClientError
 
-from ..exceptions import ConflictError, ItemTooLarge, StoreError
+from ..exceptions import ConflictError, ItemTooLarge, StateboundError, StoreError
 from ..host.store import (CLAIMED, DEAD, DONE, PENDING, WAITING, Commit, PositionRecord, PositionWrite,
                           TimerCompletion, TimerKey, TimerRow, commit_instance_ids)
+from . import _batch
 from . import _codec as codec
 from . import _operator
 from ._codec import N, S
@@ -374,6 +378,21 @@ class DynamoStore:
                 self._gone.popitem(last=False)
 
     # ------------------------------------------------------------------ positions
+    #: Commits ``commit_many`` sends at once (threads sharing the one client). botocore keeps
+    #: 10 connections per client by default; raise ``max_pool_connections`` with this.
+    batch_workers = 8
+
+    def load_many(self, instance_ids: Sequence[str]) -> dict[str, PositionRecord]:
+        """The records of those ids that exist, by id: one consistent ``BatchGetItem`` per
+        100 ids, unprocessed keys asked for again with backoff (see ``_batch.py``)."""
+        return _batch.load_many(self, instance_ids)
+
+    def commit_many(self, commits: Sequence[Commit]) -> list[StateboundError | None]:
+        """Group commit: every commit as :meth:`commit` sends it, ``batch_workers`` at a time.
+        Each stays its own request, all or nothing; a failed one gets its error in its slot
+        (why not one transaction: ``docs/dynamodb.md``)."""
+        return _batch.commit_many(self, commits)
+
     def load(self, instance_id: str) -> PositionRecord | None:
         """Return the instance's record: one strongly consistent ``GetItem``."""
         codec.check_id(instance_id)
