@@ -7,7 +7,9 @@ store's ``_execute`` seam) and with ``MemoryStore.group_commits``.
 
 from __future__ import annotations
 
+import re
 import sqlite3
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -523,3 +525,14 @@ def test_with_a_tracer_every_item_is_its_own_span(tmp_path):
     assert [r.outcome for r in host.fire_due()] == ["fired"] * 4       # the starts' rows and the sends'
     fires = [s for s in exporter.get_finished_spans() if s.name == "statebound.fire"]
     assert len(fires) == 4 and all(len(s.links) == 1 for s in fires)   # each linked to the call that armed it
+
+
+def test_the_docs_example_runs_as_written(tmp_path, monkeypatch, capsys):
+    root = Path(__file__).resolve().parents[1]
+    [block] = re.findall(r"```python\n(.*?)```", (root / "docs" / "batch.md").read_text(), re.S)
+    monkeypatch.chdir(tmp_path)
+    exec(compile(block.replace('"examples/', f'"{root}/examples/'), "batch.md", "exec"), {})
+    # (a test elsewhere may have pointed the statebound logger at stdout)
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("order-")]
+    assert lines[:3] == [f"order-{i} ['Started']" for i in (1, 2, 3)]
+    assert lines[3].startswith("order-9 refused: InstanceNotFound(")
