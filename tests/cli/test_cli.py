@@ -181,6 +181,24 @@ def test_drive_jsonl_one_worker(store_url, capsys, tmp_path):
     assert ok_json(capsys, "drive", str(empty))["events"] == 0
 
 
+def test_drive_sends_runs_of_events_with_group_commit(db, capsys, tmp_path, monkeypatch):
+    ok(capsys, "start", ORDER, "seed")
+    groups = []
+    orig = sb.SQLiteStore.commit_many
+
+    def commit_many(self, commits):
+        groups.append(len(commits))
+        return orig(self, commits)
+    monkeypatch.setattr(sb.SQLiteStore, "commit_many", commit_many)
+    d = ok_json(capsys, "drive", str(_events(tmp_path, 40)))
+    assert d["ok"] == d["events"] == 40 + 40 + 20
+    # 60 events in one run; a group closes where an instance comes back (each odd order's
+    # Complete right after its StartPayment), so 21 groups, not 60 commits
+    assert sum(groups) == 60 and len(groups) == 21
+    for i in range(40):
+        assert ok_json(capsys, "show", f"d{i}")["configuration"] == (["Done"] if i % 2 else ["Started"])
+
+
 def test_drive_jsonl_workers_and_line_errors(store_url, capsys, tmp_path):
     ok(capsys, "start", ORDER, "seed")
     p = _events(tmp_path, 8)
@@ -511,18 +529,19 @@ def test_drive_checkpoint_and_resume_after_a_crash(store_url, capsys, monkeypatc
     ok(capsys, "start", str(chart), "seed")
     ckpt = tmp_path / "drive.ckpt"
     monkeypatch.setattr(drive, "CHECKPOINT_EVERY_S", 0.0)
-    real_apply = drive._apply
+    monkeypatch.setattr(drive, "BATCH", 4)                                 # group commits of lines 1-4, 5-8, 9-12...
+    real_send_many = sb.Host.send_many
 
-    def crash_at_line_9(host, item):
-        if item.get("idempotency_key") == "c2-1":                          # line 9
+    def crash_at_line_9(host, items, **kw):
+        if any(item[3] == "c2-1" for item in items):                       # line 9's group
             raise KeyboardInterrupt
-        real_apply(host, item)
-    monkeypatch.setattr(drive, "_apply", crash_at_line_9)
+        return real_send_many(host, items, **kw)
+    monkeypatch.setattr(sb.Host, "send_many", crash_at_line_9)
     code, _, _ = run(capsys, "drive", str(events), "--checkpoint", str(ckpt))
     assert code == 130                                                     # the process "died" at line 9
     assert json.loads(ckpt.read_text())["resume_from"] == 9
     assert _counts(capsys, 3) == [2, 2, 1]
-    monkeypatch.setattr(drive, "_apply", real_apply)
+    monkeypatch.setattr(sb.Host, "send_many", real_send_many)
     d = ok_json(capsys, "drive", str(events), "--checkpoint", str(ckpt), "--resume-from", str(ckpt))
     assert (d["resumed_from"], d["events"], d["ok"], d["resume_from"]) == (9, 7, 7, 16)
     assert _counts(capsys, 3) == [4, 4, 4]                                 # each event applied once
