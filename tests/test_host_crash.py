@@ -124,6 +124,25 @@ def _count_statements(path) -> list[int]:
     return counts
 
 
+def _crash_points(tmp_path, steps, counts, tag):
+    """Every crash point: ``(step, name, run, statement, "before"|"after", fresh db path)``."""
+    for s, (name, run) in enumerate(steps):
+        for i in range(counts[s]):
+            for where in ("before", "after"):
+                yield s, name, run, i, where, tmp_path / f"{tag}-{s}-{i}-{where}.db"
+
+
+def _crash(store, at: int, where: str, name: str, run, *args) -> dict:
+    """Run a step that crashes at statement ``at`` (``where`` before or after it), and close
+    the store as the dead process leaves it. Returns what ``_arm_crash`` recorded."""
+    st = _arm_crash(store, at, where)
+    with pytest.raises(SimulatedCrash):
+        run(*args)
+    assert st["crashed"], f"{name}: statement {at} was never reached"
+    store.close()
+    return st
+
+
 def _arm_crash(store, at: int, where: str) -> dict:
     """Make ``store`` crash at its ``at``-th statement from now; once crashed, it stays dead."""
     orig = store._execute
@@ -177,41 +196,34 @@ def test_crash_before_and_after_every_statement(tmp_path, capsys):
     covered = 0
     retried = 0
     kinds = set()
-    for s, (name, run) in enumerate(STEPS):
-        for i in range(counts[s]):
-            for where in ("before", "after"):
-                path = tmp_path / f"crash-{s}-{i}-{where}.db"
-                clock = sb.ManualClock(T0)
-                store, host = _open(path, clock)
-                for _n, earlier in STEPS[:s]:
-                    earlier(host, clock)
-                before = _probe(store, s)
-                st = _arm_crash(store, i, where)
-                with pytest.raises(SimulatedCrash):
-                    run(host, clock)
-                assert st["crashed"], f"{name}: statement {i} was never reached"
-                kinds.add(st["sql"].split()[0].upper())
-                store.close()
-                # restart
-                store, host = _open(path, clock)
-                if not _committed(store, s, before):
-                    retried += 1
-                    run(host, clock)
-                    if s == 5 and not _committed(store, s, before):
-                        # the crashed sweeper's claim holds until its lease runs out
-                        clock.advance(LEASE_MS)
-                        host.fire_due()
-                    assert _committed(store, s, before), f"{name} did not commit on retry"
-                for _n, later in STEPS[s + 1:]:
-                    later(host, clock)
-                try:
-                    _end_state_checks(path, clean, store, host)
-                except AssertionError as exc:
-                    raise AssertionError(f"crash {where} statement {i} of step {name!r} "
-                                         f"({st['sql'].split()[0]}): {exc}") from exc
-                store.close()
-                path.unlink()
-                covered += 1
+    for s, name, run, i, where, path in _crash_points(tmp_path, STEPS, counts, "crash"):
+        clock = sb.ManualClock(T0)
+        store, host = _open(path, clock)
+        for _n, earlier in STEPS[:s]:
+            earlier(host, clock)
+        before = _probe(store, s)
+        st = _crash(store, i, where, name, run, host, clock)
+        kinds.add(st["sql"].split()[0].upper())
+        # restart
+        store, host = _open(path, clock)
+        if not _committed(store, s, before):
+            retried += 1
+            run(host, clock)
+            if s == 5 and not _committed(store, s, before):
+                # the crashed sweeper's claim holds until its lease runs out
+                clock.advance(LEASE_MS)
+                host.fire_due()
+            assert _committed(store, s, before), f"{name} did not commit on retry"
+        for _n, later in STEPS[s + 1:]:
+            later(host, clock)
+        try:
+            _end_state_checks(path, clean, store, host)
+        except AssertionError as exc:
+            raise AssertionError(f"crash {where} statement {i} of step {name!r} "
+                                 f"({st['sql'].split()[0]}): {exc}") from exc
+        store.close()
+        path.unlink()
+        covered += 1
     assert covered == 2 * sum(counts)
     assert {"BEGIN", "COMMIT", "SELECT", "UPDATE", "INSERT"} <= kinds
     assert 0 < retried < covered      # some crashes lost the step (retried), some came after COMMIT
@@ -396,39 +408,32 @@ def test_outbox_crash_before_and_after_every_statement(tmp_path, capsys):
     assert len(inbox.receipts) == 2 and len(inbox.calls) == 2          # no crash: each once
     assert all(row[3] == DONE for row in clean[1])
     covered = redelivered = 0
-    for s, (name, run) in enumerate(OUTBOX_STEPS):
-        for i in range(counts[s]):
-            for where in ("before", "after"):
-                path = tmp_path / f"outbox-{s}-{i}-{where}.db"
-                world = _world()
-                clock = sb.ManualClock(T0)
-                store, host = _open_outbox(path, clock, world)
-                for _n, earlier in OUTBOX_STEPS[:s]:
-                    earlier(host, clock, world)
-                st = _arm_crash(store, i, where)
-                with pytest.raises(SimulatedCrash):
-                    run(host, clock, world)
-                assert st["crashed"], f"{name}: statement {i} was never reached"
-                store.close()
-                store, host = _open_outbox(path, clock, world)      # the restarted process
-                run(host, clock, world)                             # the caller's retry, same key
-                for _n, later in OUTBOX_STEPS[s + 1:]:
-                    later(host, clock, world)
-                _drain(host, clock)
-                where_ = f"crash {where} statement {i} of {name!r} ({st['sql'].split()[0]})"
-                gw, ib = world
-                # every delivery reached its receiver, with the clean run's keys, and acted once
-                assert gw.charges == clean_world[0].charges, where_
-                assert ib.receipts == clean_world[1].receipts, where_
-                assert set(gw.calls) == set(gw.charges) and set(ib.calls) == set(ib.receipts), where_
-                redelivered += (len(gw.calls) - 2) + (len(ib.calls) - 2)
-                # nothing lost, nothing applied twice: positions byte for byte, rows by outcome
-                assert _outcome(path, host) == clean, where_
-                assert host.get("A").configuration == {"Done"} and host.get("B").configuration == {"Done"}
-                assert host.dead_timers() == []
-                store.close()
-                path.unlink()
-                covered += 1
+    for s, name, run, i, where, path in _crash_points(tmp_path, OUTBOX_STEPS, counts, "outbox"):
+        world = _world()
+        clock = sb.ManualClock(T0)
+        store, host = _open_outbox(path, clock, world)
+        for _n, earlier in OUTBOX_STEPS[:s]:
+            earlier(host, clock, world)
+        st = _crash(store, i, where, name, run, host, clock, world)
+        store, host = _open_outbox(path, clock, world)      # the restarted process
+        run(host, clock, world)                             # the caller's retry, same key
+        for _n, later in OUTBOX_STEPS[s + 1:]:
+            later(host, clock, world)
+        _drain(host, clock)
+        where_ = f"crash {where} statement {i} of {name!r} ({st['sql'].split()[0]})"
+        gw, ib = world
+        # every delivery reached its receiver, with the clean run's keys, and acted once
+        assert gw.charges == clean_world[0].charges, where_
+        assert ib.receipts == clean_world[1].receipts, where_
+        assert set(gw.calls) == set(gw.charges) and set(ib.calls) == set(ib.receipts), where_
+        redelivered += (len(gw.calls) - 2) + (len(ib.calls) - 2)
+        # nothing lost, nothing applied twice: positions byte for byte, rows by outcome
+        assert _outcome(path, host) == clean, where_
+        assert host.get("A").configuration == {"Done"} and host.get("B").configuration == {"Done"}
+        assert host.dead_timers() == []
+        store.close()
+        path.unlink()
+        covered += 1
     assert covered == 2 * sum(counts)
     assert redelivered > 0          # some crashes fell between a delivery and its acknowledgement
     with capsys.disabled():
@@ -497,35 +502,28 @@ def test_batch_crash_before_and_after_every_statement(tmp_path, capsys):
 
     covered = 0
     kinds = set()
-    for s, (name, run) in enumerate(BATCH_STEPS):
-        for i in range(counts[s]):
-            for where in ("before", "after"):
-                path = tmp_path / f"batch-{s}-{i}-{where}.db"
-                clock = sb.ManualClock(T0)
-                store, host = _open(path, clock)
-                _start_orders(host)
-                for _n, earlier in BATCH_STEPS[:s]:
-                    earlier(host, clock)
-                st = _arm_crash(store, i, where)
-                with pytest.raises(SimulatedCrash):
-                    run(host, clock)
-                assert st["crashed"], f"{name}: statement {i} was never reached"
-                kinds.add(st["sql"].split()[0].upper())
-                store.close()
-                store, host = _open(path, clock)          # the restarted process
-                run(host, clock)                          # blind retry: same batch, same keys
-                if s == 1 and not _batch_fired(store):
-                    clock.advance(LEASE_MS)               # the crashed sweeper's claims lapse
-                    run(host, clock)
-                for _n, later in BATCH_STEPS[s + 1:]:
-                    later(host, clock)
-                where_ = f"crash {where} statement {i} of {name!r} ({st['sql'].split()[0]})"
-                assert {k: (p.configuration, p.macrostep) for k in "ABCD" for p in [host.get(k)]} == clean, where_
-                assert host.get("A").datamodel["card"] == "4242", where_
-                assert _table_dump(path) == clean_dump, where_
-                store.close()
-                path.unlink()
-                covered += 1
+    for s, name, run, i, where, path in _crash_points(tmp_path, BATCH_STEPS, counts, "batch"):
+        clock = sb.ManualClock(T0)
+        store, host = _open(path, clock)
+        _start_orders(host)
+        for _n, earlier in BATCH_STEPS[:s]:
+            earlier(host, clock)
+        st = _crash(store, i, where, name, run, host, clock)
+        kinds.add(st["sql"].split()[0].upper())
+        store, host = _open(path, clock)          # the restarted process
+        run(host, clock)                          # blind retry: same batch, same keys
+        if s == 1 and not _batch_fired(store):
+            clock.advance(LEASE_MS)               # the crashed sweeper's claims lapse
+            run(host, clock)
+        for _n, later in BATCH_STEPS[s + 1:]:
+            later(host, clock)
+        where_ = f"crash {where} statement {i} of {name!r} ({st['sql'].split()[0]})"
+        assert {k: (p.configuration, p.macrostep) for k in "ABCD" for p in [host.get(k)]} == clean, where_
+        assert host.get("A").datamodel["card"] == "4242", where_
+        assert _table_dump(path) == clean_dump, where_
+        store.close()
+        path.unlink()
+        covered += 1
     assert covered == 2 * sum(counts)
     assert {"BEGIN", "SAVEPOINT", "RELEASE", "COMMIT", "SELECT", "UPDATE", "INSERT"} <= kinds
     with capsys.disabled():
@@ -555,29 +553,24 @@ def test_batch_outbox_crash_before_and_after_every_statement(tmp_path, capsys):
     store.close()
     assert world[0].calls and len(world[1].receipts) == 2
     covered = redelivered = 0
-    for i in range(count):
-        for where in ("before", "after"):
-            path = tmp_path / f"bo-{i}-{where}.db"
-            w = _world()
-            clock = sb.ManualClock(T0)
-            store, host = _open_outbox(path, clock, w)
-            setup(host, clock, w)
-            st = _arm_crash(store, i, where)
-            with pytest.raises(SimulatedCrash):
-                pay(host, clock, w)
-            store.close()
-            store, host = _open_outbox(path, clock, w)
-            pay(host, clock, w)                            # the caller's blind retry
-            _bank_answers(host, clock, w)
-            _drain(host, clock)
-            where_ = f"crash {where} statement {i} ({st['sql'].split()[0]})"
-            assert w[0].charges == world[0].charges and w[1].receipts == world[1].receipts, where_
-            assert _outcome(path, host) == clean, where_
-            assert host.dead_timers() == []
-            redelivered += (len(w[0].calls) - len(world[0].calls)) + (len(w[1].calls) - len(world[1].calls))
-            store.close()
-            path.unlink()
-            covered += 1
+    for _s, _name, _run, i, where, path in _crash_points(tmp_path, [("pay", pay)], [count], "bo"):
+        w = _world()
+        clock = sb.ManualClock(T0)
+        store, host = _open_outbox(path, clock, w)
+        setup(host, clock, w)
+        st = _crash(store, i, where, "pay", pay, host, clock, w)
+        store, host = _open_outbox(path, clock, w)
+        pay(host, clock, w)                            # the caller's blind retry
+        _bank_answers(host, clock, w)
+        _drain(host, clock)
+        where_ = f"crash {where} statement {i} ({st['sql'].split()[0]})"
+        assert w[0].charges == world[0].charges and w[1].receipts == world[1].receipts, where_
+        assert _outcome(path, host) == clean, where_
+        assert host.dead_timers() == []
+        redelivered += (len(w[0].calls) - len(world[0].calls)) + (len(w[1].calls) - len(world[1].calls))
+        store.close()
+        path.unlink()
+        covered += 1
     assert redelivered > 0
     with capsys.disabled():
         print(f"\nbatch outbox crash points covered: {covered}; {redelivered} deliveries repeated")
