@@ -38,7 +38,6 @@ import threading
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import replace
 from typing import Any
 
 
@@ -271,12 +270,15 @@ def _row_to_record(r: Sequence[Any]) -> PositionRecord:
     return PositionRecord(r[0], r[1], r[2], bytes(r[3]), r[4], _unpack_refs(r[5]), r[6], _unpack_keys(r[7]))
 
 
-def _row_to_timer(r: Sequence[Any]) -> TimerRow:
+def _row_to_timer(r: Sequence[Any], claim: tuple[str, int] | None = None) -> TimerRow:
+    """A stored row as a TimerRow; with ``claim`` ``(node, expiry)``, as just claimed by
+    ``node`` (built in one go: a sweep builds one per row it claims)."""
+    state, claimed_by, expires = (r[9], r[12], r[13]) if claim is None else (CLAIMED, *claim)
     return TimerRow(
         instance_id=r[0], ordinal=r[1], target_id=r[2], due_at_ms=r[3], send_id=r[4],
         event=_unpack(r[5], "timer event"), name=r[6], dedup=_unpack(r[7], "timer dedup"),
-        caller_context=_unpack(r[8], "timer caller_context"), state=r[9], attempts=r[10],
-        next_attempt_at_ms=r[11], claimed_by=r[12], claim_expires_ms=r[13], last_error=r[14],
+        caller_context=_unpack(r[8], "timer caller_context"), state=state, attempts=r[10],
+        next_attempt_at_ms=r[11], claimed_by=claimed_by, claim_expires_ms=expires, last_error=r[14],
         outcome=r[15], reason=r[16], kind=r[17] or TIMER)
 
 
@@ -688,8 +690,7 @@ class SQLiteStore:
                     f"UPDATE timers SET state = '{CLAIMED}', claimed_by = ?, "
                     f"claim_expires_ms = ? WHERE rowid IN ({', '.join('?' * len(chunk))})",
                     (node_id, expires, *chunk))
-        return [replace(_row_to_timer(r[1:]), state=CLAIMED, claimed_by=node_id,
-                        claim_expires_ms=expires) for r in rows]
+        return [_row_to_timer(r[1:], (node_id, expires)) for r in rows]
 
     def release(self, key: TimerKey, node_id: str, *, error: str, next_attempt_at_ms: int,
                 dead: bool) -> None:
