@@ -263,6 +263,25 @@ def _timer_params(row: TimerRow) -> tuple[Any, ...]:
             row.outcome, row.reason, row.kind, row.ready_at_ms)
 
 
+#: A commit's values encoded for SQLite: position writes (with packed refs and keys), timer
+#: row parameters, history records with their packed bytes.
+_Encoded = tuple[list[tuple[PositionWrite, tuple[bytes, bytes | None] | None]], list[tuple[Any, ...]],
+                 list[tuple[HistoryRecord, bytes]]]
+
+
+def _encode(commit: Commit) -> _Encoded:
+    """Check a commit's ids and encode its values, before any lock is taken.
+
+    :raises InvalidInstanceId, SerializationError: nothing of the commit can be written.
+    """
+    for instance_id in commit_instance_ids(commit):
+        check_instance_id(instance_id)
+    writes = [(w, None if w.blob is None else (_pack_refs(w.timers), _pack_keys(w.idempotency)))
+              for w in commit.writes]
+    return (writes, [_timer_params(row) for row in commit.timers_put],
+            [(h, pack_history(h)) for h in commit.history])
+
+
 _POSITION_COLS = "instance_id, chart, version, blob, status, timers, parent, idempotency"
 
 
@@ -532,17 +551,10 @@ class SQLiteStore:
         """
         if commit.empty:
             return
-        for instance_id in commit_instance_ids(commit):
-            check_instance_id(instance_id)
         # Encode before taking the write lock, so a bad value costs other writers nothing.
-        writes = [(w, None if w.blob is None else (_pack_refs(w.timers), _pack_keys(w.idempotency)))
-                  for w in commit.writes]
-        puts = [_timer_params(row) for row in commit.timers_put]
-        history = [(h, pack_history(h)) for h in commit.history]
+        encoded = _encode(commit)
         with self._write():
-            self._apply(commit, writes, puts)
-            for h, raw in history:
-                self._append_history(h, raw, commit.history_keep)
+            self._apply(commit, encoded)
 
     def _append_history(self, h: HistoryRecord, raw: bytes, keep: int | None) -> None:
         self._execute("INSERT OR REPLACE INTO history (instance_id, version, at_ms, expires_at_ms, record) "
@@ -582,34 +594,25 @@ class SQLiteStore:
             if commit.empty:
                 continue
             try:
-                for instance_id in commit_instance_ids(commit):
-                    check_instance_id(instance_id)
-                writes = [(w, None if w.blob is None else (_pack_refs(w.timers), _pack_keys(w.idempotency)))
-                          for w in commit.writes]
-                puts = [_timer_params(row) for row in commit.timers_put]
-                history = [(h, pack_history(h)) for h in commit.history]
+                todo.append((i, commit, _encode(commit)))
             except StateboundError as exc:
                 out[i] = exc
-                continue
-            todo.append((i, commit, writes, puts, history))
         if not todo:
             return out
         with self._write():
-            for i, commit, writes, puts, history in todo:
+            for i, commit, encoded in todo:
                 self._execute("SAVEPOINT sb_one")
                 try:
-                    self._apply(commit, writes, puts)
-                    for h, raw in history:
-                        self._append_history(h, raw, commit.history_keep)
+                    self._apply(commit, encoded)
                 except (ConflictError, OverflowError, sqlite3.IntegrityError) as exc:
                     self._execute("ROLLBACK TO sb_one")
                     out[i] = exc if isinstance(exc, ConflictError) else StoreError(f"commit not stored: {exc}")
                 self._execute("RELEASE sb_one")
         return out
 
-    def _apply(self, commit: Commit, writes: list[tuple[PositionWrite, tuple[bytes, bytes | None] | None]],
-               puts: list[tuple[Any, ...]]) -> None:
+    def _apply(self, commit: Commit, encoded: _Encoded) -> None:
         """The statements of one commit, inside a transaction the caller holds."""
+        writes, puts, history = encoded
         purged: list[str] = []
         for w, packed in writes:
             self._write_position(w, packed)
@@ -630,6 +633,8 @@ class SQLiteStore:
                 self._execute("DELETE FROM timers WHERE instance_id = ? AND ordinal = ?", c.key)
             else:
                 self._execute(_SQL_COMPLETE, (c.state, c.outcome, c.reason, c.state, c.error, *c.key))
+        for h, raw in history:
+            self._append_history(h, raw, commit.history_keep)
 
     def _write_position(self, w: PositionWrite, packed: tuple[bytes, bytes | None] | None) -> None:
         iid = w.instance_id
