@@ -35,6 +35,7 @@ from urllib.parse import quote, quote_plus, unquote, urlencode
 
 from ..chart.compiler import compile_content_child, compile_src_child
 from ..chart.model import Chart
+from ..chart.trust import UNTRUSTED
 from ..datamodel.budget import DEFAULT_CPU_MS, DEFAULT_MEMORY_BYTES, Budget
 from ..effects import (Autoforward, BudgetExhausted, Cancel, CancelInvoke, Done, Invoke, Log, Send,
                        SendDelayed)
@@ -127,6 +128,10 @@ class Host:
     :param max_batch: the most units one group commit carries (``send_many``,
         ``fire_many``, ``fire_due``): on SQLite, one transaction and one fsync for them all.
         ``1`` commits every unit on its own. See ``docs/batch.md``.
+    :param untrusted_may_use: the processor and invoke-handler type names that charts loaded
+        with ``trust="untrusted"`` may use. By default they may use none, and may send events
+        only to themselves, their parent and their own children, never to other instances
+        (``#_scxml_<id>`` or a Basic HTTP URL naming one). See ``docs/security.md``.
     """
 
     def __init__(self, charts: Iterable[Chart] = (), store: Store | None = None, clock: Clock | None = None, *,
@@ -141,7 +146,7 @@ class Host:
                  invokers: Mapping[str, InvokeHandler] | None = None, outbox_lease_ms: int = 30_000,
                  deliver_after_commit: bool = True, idempotency_retention: int = 100,
                  history: bool | int = False, history_ttl_s: int | None = None, tracer: Any = None,
-                 max_batch: int = 100) -> None:
+                 max_batch: int = 100, untrusted_may_use: Iterable[str] = ()) -> None:
         self.store: Store = store if store is not None else MemoryStore()
         self.clock: Clock = clock if clock is not None else SystemClock()
         self.max_rounds = max_rounds
@@ -169,6 +174,9 @@ class Host:
         self.deliver_after_commit = deliver_after_commit
         self.idempotency_retention = idempotency_retention
         self._invoker_types = frozenset(self.invokers) or None
+        #: processor and handler types offered to untrusted charts (see ``untrusted_may_use=``)
+        self.untrusted_may_use: frozenset[str] = frozenset(untrusted_may_use)
+        self._untrusted_invoker_types = frozenset(self.invokers).intersection(self.untrusted_may_use) or None
         #: the history this host records, or ``None`` (see ``history=``)
         self.history = history_mod.policy(history, history_ttl_s)
         self._tracing: Any = None
@@ -777,13 +785,24 @@ class Host:
         return self.store.load(instance_id)
 
     def _stamp(self, u: _Unit, pos: Position) -> Position:
+        if pos.chart.trust == UNTRUSTED:
+            # An untrusted chart sees only its own family, and only the processors and handlers
+            # offered to it: everything else is, to it, an unknown target or type (the spec's
+            # error.communication / error.execution), so it cannot steer other instances.
+            me = pos.session_id
+
+            def related(session_id: str) -> bool:
+                return _related(me, pos.parent, session_id) and self._load(u, session_id) is not None
+            return _restamp(pos, related, self._ioprocessors(me, trusted=False), self._untrusted_invoker_types)
+
         def routes(session_id: str) -> bool:
             return self._load(u, session_id) is not None
         return _restamp(pos, routes, self._ioprocessors(pos.session_id), self._invoker_types)
 
-    def _ioprocessors(self, instance_id: str) -> dict[str, Any] | None:
+    def _ioprocessors(self, instance_id: str, *, trusted: bool = True) -> dict[str, Any] | None:
         # every send processor is an I/O processor the chart may name (SCXML 5.10's _ioprocessors)
-        iop: dict[str, Any] = {name: {} for name in self.processors}
+        iop: dict[str, Any] = {name: {} for name in self.processors
+                               if trusted or name in self.untrusted_may_use}
         if self.http_base is not None:
             loc = {"location": self.http_location(instance_id)}
             iop.update({BASICHTTP_PROCESSOR: loc, "basichttp": loc})
@@ -885,6 +904,8 @@ class Host:
                 e.effects = {}
             history_mod.summarize(e.effects, effects)
         processors = self.processors
+        if pos.chart.trust == UNTRUSTED:
+            processors = {k: v for k, v in processors.items() if k in self.untrusted_may_use}
         for eff in effects:
             t = type(eff)
             if t is Send:
@@ -922,7 +943,7 @@ class Host:
                         keep.append(ref)
                 e.refs[:] = keep
             elif t is Invoke:
-                if eff.type in self.invokers:
+                if eff.type in self.invokers and (pos.chart.trust != UNTRUSTED or eff.type in self.untrusted_may_use):
                     self._outbox.invoke(u, iid, eff, ctx)
                 else:
                     self._invoke(u, iid, pos, eff, ctx)
@@ -952,7 +973,7 @@ class Host:
     def _route(self, iid: str, pos: Position, target: str | None, eff: Any) -> tuple[str | None, Event]:
         """Resolve a send target to an instance id and the event it receives."""
         if eff.type == BASICHTTP_PROCESSOR:
-            return self._route_http(iid, target, eff)
+            return self._route_http(iid, pos, target, eff)
         invokeid = None
         if target is None:
             dest: str | None = iid
@@ -970,7 +991,7 @@ class Host:
                    SCXML_PROCESSOR, invokeid)
         return dest, ev
 
-    def _route_http(self, iid: str, target: str | None, eff: Any) -> tuple[str | None, Event]:
+    def _route_http(self, iid: str, pos: Position, target: str | None, eff: Any) -> tuple[str | None, Event]:
         """Basic HTTP (SCXML C.2): a form POST; loop back when the URL is one of ours."""
         form = dict(eff.data) if isinstance(eff.data, dict) else {}
         if eff.event:
@@ -985,6 +1006,10 @@ class Host:
             return iid, Event("error.communication", {"message": f"Basic HTTP target {target!r} is not reachable"},
                               "platform", eff.send_id)
         assert target is not None  # dest was found in it
+        if pos.chart.trust == UNTRUSTED and not _related(iid, pos.parent, dest):
+            return iid, Event("error.communication",
+                              {"message": f"Basic HTTP target {target!r} is not reachable from an untrusted chart"},
+                              "platform", eff.send_id)
         raw = (f"POST {target[len(self.http_base or ''):]} HTTP/1.1\r\n"
                "Content-Type: application/x-www-form-urlencoded\r\n\r\n" + body)
         name = str(form.get("_scxmleventname") or "HTTP.POST")
@@ -1050,6 +1075,14 @@ class Host:
 
 def _out_of_budget(effects: tuple[Any, ...]) -> bool:
     return len(effects) == 1 and type(effects[0]) is BudgetExhausted and effects[0].reason != "rounds"
+
+
+def _related(me: str, parent: str | None, other: str) -> bool:
+    """Whether an untrusted session ``me`` may address ``other``: itself, its parent, or a child of its own."""
+    if other in (me, parent):
+        return True
+    head, sep, tail = other.rpartition("::")
+    return bool(sep) and head == me and "::" not in tail
 
 
 def _restamp(pos: Position, routes: Any = None, ioprocessors: Any = None, invokers: Any = None) -> Position:
