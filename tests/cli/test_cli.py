@@ -806,3 +806,31 @@ def test_history_timeline_and_replay(store_url, capsys, monkeypatch):
     assert code == 1 and "do not cover every commit" in json.loads(out)["reason"]
     fails(capsys, "history", "ghost", code=3)
     fails(capsys, "replay", "ghost", code=3)
+
+
+# ----------------------------------------------------------------------------- --trust
+
+UNTRUSTED_COUNTER = """<scxml xmlns="http://www.w3.org/2005/07/scxml" version="1.0" datamodel="ecmascript"
+       name="counter" initial="s">
+  <datamodel><data id="n" expr="0"/></datamodel>
+  <state id="s"><transition event="inc"><assign location="n" expr="n + 1"/></transition></state>
+</scxml>"""
+
+
+def test_trust_untrusted_is_remembered_with_the_chart(store_url, capsys, tmp_path):
+    chart = tmp_path / "counter.scxml"
+    chart.write_text(UNTRUSTED_COUNTER)
+    ok(capsys, "validate", "--trust", "untrusted", str(chart))
+    ok(capsys, "start", "--trust", "untrusted", str(chart), "c1")
+    # a later command rebuilds the chart from the store's registry: under the same trust,
+    # or the blob's identity (which includes the trust level) would not match
+    assert ok_json(capsys, "send", "c1", "inc")["datamodel"]["n"] == 1
+    host = sb.Host([sb.Chart.from_file(chart, trust="untrusted")], store=sb.open_store(store_url))
+    assert host.get("c1").chart.trust == "untrusted"
+
+
+def test_trust_untrusted_refuses_a_python_chart(db, capsys):
+    line = fails(capsys, "start", "--trust", "untrusted", ORDER, "o1")
+    assert "untrusted" in line and "ecmascript" in line
+    fails(capsys, "validate", "--trust", "untrusted", ORDER)
+    ok(capsys, "validate", ORDER)   # the default stays trusted

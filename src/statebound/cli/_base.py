@@ -14,7 +14,7 @@ from .. import Chart, Position, jsonio
 from ..host.store import TimerRow
 
 __all__ = ["CliError", "EXIT_ERROR", "EXIT_USAGE", "EXIT_NOT_FOUND", "EXIT_EXISTS", "EXIT_NOT_RUNNING", "EXIT_SUSPENDED",
-           "emit", "jsonable", "parse_data", "load_chart_file", "position_dict", "timer_dict",
+           "emit", "jsonable", "parse_data", "load_chart_file", "add_trust_option", "position_dict", "timer_dict",
            "human_position", "log_printer", "iso_ms"]
 
 EXIT_ERROR, EXIT_USAGE, EXIT_NOT_FOUND, EXIT_EXISTS, EXIT_NOT_RUNNING, EXIT_SUSPENDED = 1, 2, 3, 4, 5, 6
@@ -38,14 +38,21 @@ def parse_data(text: str | None, what: str = "--data") -> Any:
         raise CliError(f"{what} is not valid JSON: {exc}", EXIT_USAGE) from None
 
 
-def load_chart_file(path: str) -> tuple[Chart, bytes]:
-    """Read and compile a chart file; returns the chart and its source bytes."""
+def load_chart_file(path: str, trust: str = "trusted") -> tuple[Chart, bytes]:
+    """Read and compile a chart file (under ``trust``); returns the chart and its source bytes."""
     p = Path(path)
     try:
         source = p.read_bytes()
     except OSError as exc:
         raise CliError(f"cannot read chart {path!r}: {exc.strerror or exc}") from None
-    return Chart.from_file(p), source
+    return Chart.from_file(p, trust=trust), source
+
+
+def add_trust_option(parser: argparse.ArgumentParser) -> None:
+    """``--trust``: load the chart as ``trusted`` (the default) or ``untrusted`` (docs/security.md)."""
+    parser.add_argument("--trust", choices=("trusted", "untrusted"), default="trusted",
+                        help="untrusted: ecmascript/null datamodels only, reaches only its own family "
+                             "(docs/security.md); remembered with the chart")
 
 
 def iso_ms(ms: int) -> str:

@@ -8,13 +8,13 @@ from typing import Any
 
 from .. import Chart, Position
 from ..host.store import TimerRow
-from ._base import emit, iso_ms, load_chart_file
+from ._base import add_trust_option, emit, iso_ms, load_chart_file
 
 __all__ = ["register", "mermaid", "instance_diagram"]
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
-    chart, _ = load_chart_file(args.chart)
+    chart, _ = load_chart_file(args.chart, args.trust)
     kinds: dict[str, int] = {}
     for s in chart.states[1:]:
         kinds[s.kind] = kinds.get(s.kind, 0) + 1
@@ -127,6 +127,7 @@ def register(sub: Any) -> None:
     """Add this module's commands to the ``statebound`` parser."""
     s = sub.add_parser("validate", help="check a chart")
     s.add_argument("chart")
+    add_trust_option(s)
     s.set_defaults(fn=cmd_validate)
 
     s = sub.add_parser("diagram", help="print a chart as a Mermaid stateDiagram-v2")

@@ -7,7 +7,8 @@ from pathlib import Path
 from typing import Any
 
 from .. import Event
-from ._base import EXIT_USAGE, CliError, emit, human_position, load_chart_file, parse_data, position_dict
+from ._base import (EXIT_USAGE, CliError, add_trust_option, emit, human_position, load_chart_file, parse_data,
+                    position_dict)
 from ._store import open_host
 from .charts import instance_diagram
 
@@ -15,7 +16,7 @@ __all__ = ["register"]
 
 
 def cmd_start(args: argparse.Namespace) -> int:
-    chart, source = load_chart_file(args.chart)
+    chart, source = load_chart_file(args.chart, args.trust)
     host, reg = open_host(args)
     reg.remember(chart, str(Path(args.chart).resolve()), source)
     data = parse_data(args.data)
@@ -76,6 +77,7 @@ def register(sub: Any) -> None:
     s.add_argument("id")
     s.add_argument("--data", help="initial datamodel values, as a JSON object")
     s.add_argument("--idempotency-key", metavar="KEY", help="a retried start with this key is not an error")
+    add_trust_option(s)
     s.set_defaults(fn=cmd_start)
 
     s = sub.add_parser("send", help="send an event to an instance")

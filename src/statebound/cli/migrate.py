@@ -31,7 +31,7 @@ from typing import Any
 from .. import Chart, Host, SystemClock
 from ..host import migration
 from ..position import diff
-from ._base import EXIT_ERROR, EXIT_USAGE, CliError, emit
+from ._base import EXIT_ERROR, EXIT_USAGE, CliError, add_trust_option, emit
 from ._progress import Progress
 from ._store import history_keep, open_store
 from .blobs import cmd_migrate_blob, parse_map
@@ -41,12 +41,12 @@ __all__ = ["register"]
 PAGE = 500
 
 
-def _new_revision(path: str, name: str) -> tuple[Chart, bytes]:
+def _new_revision(path: str, name: str, trust: str = "trusted") -> tuple[Chart, bytes]:
     try:
         source = Path(path).read_bytes()
     except OSError as exc:
         raise CliError(f"cannot read chart {path!r}: {exc.strerror or exc}") from None
-    return Chart.from_file(path, name=name), source
+    return Chart.from_file(path, name=name, trust=trust), source
 
 
 def cmd_migrate(args: argparse.Namespace) -> int:
@@ -65,7 +65,7 @@ def cmd_migrate(args: argparse.Namespace) -> int:
 
 def _migrate_store(args: argparse.Namespace) -> int:
     mapping = parse_map(args.map)
-    new, source = _new_revision(args.to_chart, args.chart)
+    new, source = _new_revision(args.to_chart, args.chart, args.trust)
     store, reg = open_store(args)
     charts = reg.load_all()
     olds = [c for c in charts if c.name == args.chart and c.identity != new.identity]
@@ -136,6 +136,7 @@ def register(sub: Any) -> None:
     s.add_argument("--to", dest="to_chart", required=True, metavar="NEW.scxml", help="the new revision")
     s.add_argument("--map", action="append", metavar="OLD=NEW", help="rename a state id (repeatable)")
     s.add_argument("--dry-run", action="store_true", help="decide every instance, write nothing")
+    add_trust_option(s)
     s.add_argument("--progress", action="store_true", help="show the progress bar even when not on a tty")
     s.add_argument("--from", dest="from_chart", metavar="OLD.scxml", help="one-blob mode: the blob's revision")
     s.add_argument("-o", "--output", help="one-blob mode: write the new blob here (default: stdout)")

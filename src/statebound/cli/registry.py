@@ -32,12 +32,16 @@ class ChartRegistry:
         """Release the registry's connection, if it has one."""
 
 
-def charts_from_rows(rows: list[tuple[str, str | None, bytes]]) -> list[Chart]:
-    """Compile ``(name, path, source)`` rows; ``src`` attributes resolve beside ``path``."""
+def charts_from_rows(rows: list[tuple[str, str | None, bytes, str | None]]) -> list[Chart]:
+    """Compile ``(name, path, source, trust)`` rows; ``src`` attributes resolve beside ``path``.
+
+    A chart is compiled again under the trust it was started with: the trust level is part
+    of its identity, so a blob written under one level never loads under the other.
+    """
     out = []
-    for name, path, source in rows:
+    for name, path, source, trust in rows:
         base = str(Path(path).parent) if path else None
-        out.append(Chart.from_scxml(source, name=name, base_path=base))
+        out.append(Chart.from_scxml(source, name=name, base_path=base, trust=trust or "trusted"))
     return out
 
 
@@ -48,18 +52,22 @@ class SQLiteChartRegistry(ChartRegistry):
         self.db = sqlite3.connect(db_path, timeout=30, isolation_level=None)
         self.db.execute("CREATE TABLE IF NOT EXISTS cli_chart_revisions (name TEXT NOT NULL, identity TEXT NOT NULL, "
                         "path TEXT, source BLOB NOT NULL, seq INTEGER NOT NULL, PRIMARY KEY (name, identity))")
+        columns = {row[1] for row in self.db.execute("PRAGMA table_info(cli_chart_revisions)")}
+        if "trust" not in columns:  # a registry written before charts had a trust level
+            self.db.execute("ALTER TABLE cli_chart_revisions ADD COLUMN trust TEXT")
 
     def remember(self, chart: Chart, path: str, source: bytes) -> None:
         """Record ``chart``; it becomes the latest revision of its name."""
         seq = self.db.execute("SELECT coalesce(max(seq), 0) + 1 FROM cli_chart_revisions").fetchone()[0]
-        self.db.execute("INSERT INTO cli_chart_revisions VALUES (?, ?, ?, ?, ?) ON CONFLICT (name, identity) "
+        self.db.execute("INSERT INTO cli_chart_revisions (name, identity, path, source, seq, trust) "
+                        "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (name, identity) "
                         "DO UPDATE SET path = excluded.path, seq = excluded.seq",
-                        (chart.name, chart.identity, path, source, seq))
+                        (chart.name, chart.identity, path, source, seq, chart.trust))
 
     def load_all(self) -> list[Chart]:
         """Every remembered revision, oldest first."""
         return charts_from_rows(list(self.db.execute(
-            "SELECT name, path, source FROM cli_chart_revisions ORDER BY seq")))
+            "SELECT name, path, source, trust FROM cli_chart_revisions ORDER BY seq")))
 
     def close(self) -> None:
         """Close the registry's connection."""
@@ -90,7 +98,7 @@ class DynamoChartRegistry(ChartRegistry):
         from ..dynamodb.store import MAX_ITEM_BYTES
         from ..exceptions import ItemTooLarge
         item = {"pk": S(self.PK), "sk": S(f"R#{chart.name}\x1f{chart.identity}"), "name": S(chart.name),
-                "path": S(path), "source": B(source), "seq": N(time.time_ns())}
+                "path": S(path), "source": B(source), "seq": N(time.time_ns()), "trust": S(chart.trust)}
         size = item_size(item)
         if size > MAX_ITEM_BYTES:
             raise ItemTooLarge(f"chart {chart.name!r} is {size:,} bytes; a DynamoDB item holds at most 400 KB",
@@ -108,9 +116,10 @@ class DynamoChartRegistry(ChartRegistry):
         while True:
             page = self._call("query", **kwargs)
             for item in page.get("Items", []):
-                rows.append((int(item["seq"]["N"]), item["name"]["S"], item["path"]["S"], bytes(item["source"]["B"])))
+                rows.append((int(item["seq"]["N"]), item["name"]["S"], item["path"]["S"], bytes(item["source"]["B"]),
+                             item.get("trust", {}).get("S")))
             if not page.get("LastEvaluatedKey"):
                 break
             kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
         rows.sort(key=lambda r: r[0])
-        return charts_from_rows([(name, path, source) for _, name, path, source in rows])
+        return charts_from_rows([(name, path, source, trust) for _, name, path, source, trust in rows])
