@@ -89,7 +89,7 @@ def test_a_host_can_offer_named_types_to_untrusted_charts():
             started.append(request)
             return {"ok": True}
 
-    host, errors = _run('<send type="app" event="charge"/>', "untrusted", '<invoke type="payment"/>', processors={"app": sent.append}, invokers={"payment": Handler()},
+    _host, errors = _run('<send type="app" event="charge"/>', "untrusted", '<invoke type="payment"/>', processors={"app": sent.append}, invokers={"payment": Handler()},
                         untrusted_may_use={"app", "payment"})
     assert [d.event for d in sent] == ["charge"] and len(started) == 1, errors
 
