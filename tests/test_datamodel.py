@@ -458,3 +458,16 @@ def test_plain_format_fields_still_work():
     pos, _ = run("""<datamodel><data id="x" expr="0"/></datamodel>
       <state id="a"><onentry><assign location="x" expr="'{}-{b}'.format(1, b=2)"/></onentry></state>""")
     assert pos.datamodel["x"] == "1-2"
+
+
+def test_only_named_system_variables_are_bound_and_each_named_one_is_visible():
+    c = chart("""<datamodel><data id="v" expr="None"/></datamodel><state id="a"><onentry>
+      <script>def f():\n    return _event.name\nv = f()</script></onentry></state>""")
+    dm = datamodel_for(c)
+    assert dm.uses == {"_event"}  # named inside a nested function body: still found
+    pos, _ = sb.Interpreter(c).start()
+    assert pos.datamodel["v"] is None  # _event is bound (to None) before the first event
+    bare = datamodel_for(chart('<datamodel><data id="v" expr="1"/></datamodel><state id="a"/>'))
+    assert bare.uses == frozenset()
+    ctx = bare.open({}, "s", "n", {"x": 1}, lambda _s: True)
+    assert "_event" not in ctx.ns and "_ioprocessors" not in ctx.ns and "In" not in ctx.ns

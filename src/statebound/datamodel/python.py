@@ -254,25 +254,41 @@ def _root_name(target: ast.AST) -> str | None:
 
 
 class PythonDatamodel:
-    """The python datamodel prepared for one chart (all expressions compiled)."""
+    """The python datamodel prepared for one chart (all expressions compiled).
+
+    Besides the :class:`~statebound.datamodel.base.Datamodel` protocol it offers the
+    interpreter one closure per expression (:meth:`evaluator`, :meth:`condition`,
+    :meth:`assigner`), built once here, so executable content calls straight into the
+    compiled code. :class:`PythonContext`'s methods are the same closures: there is one
+    implementation of every check, whichever way it is reached.
+    """
 
     name = "python"
 
     def __init__(self, chart: Chart) -> None:
         self.chart = chart
-        self.code: list[Any] = [self._compile(e) for e in chart.expressions]
+        names: set[str] = set()
+        self.code: list[Any] = [self._compile(e, names) for e in chart.expressions]
+        #: the system variables some expression of the chart names. No expression can reach
+        #: a global it does not name (no ``globals()``, ``vars()`` or ``__`` attributes), so
+        #: the others need not be bound: building ``_event`` and ``_ioprocessors`` for every
+        #: drive is most of a small chart's datamodel cost.
+        self.uses: frozenset[str] = frozenset(names & SYSTEM_VARIABLES)
+        self._eval = [_evaluator(e, c) for e, c in zip(chart.expressions, self.code, strict=True)]
+        self._cond = [_condition(ev) for ev in self._eval]
+        self._assign = [_assigner(e, c) for e, c in zip(chart.expressions, self.code, strict=True)]
 
     @staticmethod
     def _register(code: Any, tree: ast.AST) -> Any:
         return _Repeating(code) if _repeats(tree) else code
 
-    def _compile(self, e: Expr) -> Any:
+    def _compile(self, e: Expr, names: set[str]) -> Any:
         try:
-            return self._compile_one(e)
+            return self._compile_one(e, names)
         except (RecursionError, MemoryError, ValueError):  # nested past what CPython can compile
             return _Failed(f"{e.kind} {e.src[:200]!r} is too deeply nested to compile")
 
-    def _compile_one(self, e: Expr) -> Any:
+    def _compile_one(self, e: Expr, names: set[str]) -> Any:
         src = e.src.strip() if e.kind != "script" else e.src
         mode = "exec" if e.kind == "script" else "eval"
         try:
@@ -282,6 +298,7 @@ class PythonDatamodel:
         bad = _check_safe(tree)
         if bad:
             return _Failed(f"{bad} in {e.kind} {e.src!r}")
+        names.update(n.id for n in ast.walk(tree) if isinstance(n, ast.Name))
         if isinstance(tree, ast.Module):  # a <script>: only statements have except clauses
             tree = _rewrite_handlers(tree)
         where = f"<scxml line {e.line}>"
@@ -300,11 +317,94 @@ class PythonDatamodel:
             return ("path", root, self._register(compile(stmt, where, "exec"), stmt), load)
         return self._register(compile(tree, where, mode), tree)  # type: ignore[call-overload]
 
+    def evaluator(self, expr: Expr) -> Callable[[PythonContext], Any]:
+        """``f(ctx) -> value``: evaluate ``expr``, raising :class:`EvaluationError` on failure."""
+        return self._eval[expr.id]
+
+    def condition(self, expr: Expr) -> Callable[[PythonContext], bool]:
+        """``f(ctx) -> bool``: evaluate ``expr`` as a condition."""
+        return self._cond[expr.id]
+
+    def assigner(self, location: Expr) -> Callable[[PythonContext, Any], None]:
+        """``f(ctx, value)``: assign to ``location`` with every check of :meth:`PythonContext.assign`."""
+        return self._assign[location.id]
+
     def open(self, variables: dict[str, Any], session_id: str, name: str,
              ioprocessors: Mapping[str, Any], in_state: Callable[[str], bool],
              budget: Budget | None = None) -> PythonContext:
         """Open a drive's context; ``variables`` is taken over (not copied)."""
         return PythonContext(self, variables, session_id, name, ioprocessors, in_state, budget)
+
+
+def _fails(message: str) -> Callable[..., Any]:
+    def failed(*_args: Any) -> Any:
+        raise EvaluationError(message)
+    return failed
+
+
+def _evaluator(e: Expr, c: Any) -> Callable[[PythonContext], Any]:
+    if type(c) is _Failed:
+        return _fails(c.message)
+    code = c[3] if type(c) is tuple else c  # a location read as a value (namelist, <param location>)
+    src = e.src
+    if type(code) is _Repeating:  # code that can loop runs under the budget's tracer
+        def evaluate_traced(ctx: PythonContext) -> Any:
+            try:
+                return ctx._traced(eval, code)
+            except Exception as exc:
+                raise EvaluationError(f"{src!r}: {type(exc).__name__}: {exc}") from None
+        return evaluate_traced
+
+    def evaluate(ctx: PythonContext) -> Any:
+        try:
+            return eval(code, ctx.ns)
+        except Exception as exc:
+            raise EvaluationError(f"{src!r}: {type(exc).__name__}: {exc}") from None
+    return evaluate
+
+
+def _condition(evaluate: Callable[[PythonContext], Any]) -> Callable[[PythonContext], bool]:
+    def cond(ctx: PythonContext) -> bool:
+        return bool(evaluate(ctx))
+    return cond
+
+
+def _assigner(e: Expr, c: Any) -> Callable[[PythonContext, Any], None]:
+    if type(c) is _Failed:
+        return _fails(c.message)
+    if type(c) is not tuple:  # the compiler only assigns to locations
+        return _fails(f"{e.src!r} is not an assignable location")
+    kind, root, code, _ = c
+    src = e.src
+    if root in SYSTEM_VARIABLES:
+        return _fails(f"cannot assign to {src!r}: it is a system variable")
+    if root is None or root.startswith("__"):
+        return _fails(f"cannot assign to {src!r}")
+    undeclared = f"cannot assign to {src!r}: {root!r} is not declared"
+    what = f"the value assigned to {src!r}"
+
+    if kind == "name":
+        def assign_name(ctx: PythonContext, value: Any) -> None:
+            ns = ctx.ns
+            if root not in ns:
+                raise EvaluationError(undeclared)
+            check_serializable(value, what)
+            ns[root] = value
+        return assign_name
+
+    def assign_path(ctx: PythonContext, value: Any) -> None:
+        ns = ctx.ns
+        if root not in ns:
+            raise EvaluationError(undeclared)
+        check_serializable(value, what)
+        ns["_sb_value"] = value
+        try:
+            exec(code, ns) if type(code) is not _Repeating else ctx._traced(exec, code)
+        except Exception as exc:
+            raise EvaluationError(f"cannot assign to {src!r}: {type(exc).__name__}: {exc}") from None
+        finally:
+            ns.pop("_sb_value", None)
+    return assign_path
 
 
 def _as_store(node: ast.AST) -> ast.AST:
@@ -313,30 +413,35 @@ def _as_store(node: ast.AST) -> ast.AST:
 
 
 class PythonContext:
-    """One drive's namespace. See :class:`statebound.datamodel.base.Context`."""
+    """One drive's namespace. See :class:`statebound.datamodel.base.Context`.
 
-    __slots__ = ("_system", "budget", "code", "ns")
+    Only the system variables the chart names are bound (see :attr:`PythonDatamodel.uses`).
+    """
+
+    __slots__ = ("_assign", "_cond", "_eval", "_event_used", "_system", "budget", "code", "ns")
 
     def __init__(self, dm: PythonDatamodel, variables: dict[str, Any], session_id: str, name: str,
                  ioprocessors: Mapping[str, Any], in_state: Callable[[str], bool],
                  budget: Budget | None = None) -> None:
         self.code = dm.code
         self.budget = budget
+        self._eval = dm._eval
+        self._cond = dm._cond
+        self._assign = dm._assign
+        uses = dm.uses
         ns = variables
         ns["__builtins__"] = SAFE_BUILTINS
         ns["_sessionid"] = session_id
         ns["_name"] = name
-        ns["_ioprocessors"] = ioprocessors
-        ns["In"] = in_state
-        ns["_event"] = None
+        if "_ioprocessors" in uses:
+            ns["_ioprocessors"] = ioprocessors
+        if "In" in uses:
+            ns["In"] = in_state
+        self._event_used = "_event" in uses
+        if self._event_used:
+            ns["_event"] = None
         self.ns = ns
-        self._system = (session_id, name, ioprocessors, in_state)
-
-    def _code(self, expr: Expr) -> Any:
-        c = self.code[expr.id]
-        if type(c) is _Failed:
-            raise EvaluationError(c.message)
-        return c
+        self._system = (session_id, name, ns.get("_ioprocessors"), ns.get("In"))
 
     def _traced(self, run: Callable[..., Any], c: _Repeating) -> Any:
         """``eval``/``exec`` code that can loop, under the budget's tracer.
@@ -356,17 +461,11 @@ class PythonContext:
 
     def evaluate(self, expr: Expr) -> Any:
         """Evaluate an expression in the namespace."""
-        c = self._code(expr)
-        if type(c) is tuple:  # a location read as a value (namelist, <param location>)
-            c = c[3]
-        try:
-            return eval(c, self.ns) if type(c) is not _Repeating else self._traced(eval, c)
-        except Exception as exc:
-            raise EvaluationError(f"{expr.src!r}: {type(exc).__name__}: {exc}") from None
+        return self._eval[expr.id](self)
 
     def cond(self, expr: Expr) -> bool:
         """Evaluate a condition."""
-        return bool(self.evaluate(expr))
+        return self._cond[expr.id](self)
 
     def valid_location(self, location: Expr) -> bool:
         """Whether ``location`` compiled as an assignable target."""
@@ -379,24 +478,7 @@ class PythonContext:
 
     def assign(self, location: Expr, value: Any) -> None:
         """Assign, refusing system variables, undeclared names and unstorable values."""
-        c = self._code(location)
-        kind, root, code, _ = c
-        if root in SYSTEM_VARIABLES or root is None or root.startswith("__"):
-            raise EvaluationError(f"cannot assign to {location.src!r}: it is a system variable"
-                                  if root in SYSTEM_VARIABLES else f"cannot assign to {location.src!r}")
-        if root not in self.ns:
-            raise EvaluationError(f"cannot assign to {location.src!r}: {root!r} is not declared")
-        check_serializable(value, f"the value assigned to {location.src!r}")
-        if kind == "name":
-            self.ns[root] = value
-            return
-        self.ns["_sb_value"] = value
-        try:
-            exec(code, self.ns) if type(code) is not _Repeating else self._traced(exec, code)
-        except Exception as exc:
-            raise EvaluationError(f"cannot assign to {location.src!r}: {type(exc).__name__}: {exc}") from None
-        finally:
-            self.ns.pop("_sb_value", None)
+        self._assign[location.id](self, value)
 
     def declare(self, name: str, value: Any) -> None:
         """Create a variable (``<data>``, foreach item/index)."""
@@ -406,7 +488,9 @@ class PythonContext:
 
     def execute(self, script: Expr) -> None:
         """Run a ``<script>``, then check it left system variables alone and stored only data."""
-        c = self._code(script)
+        c = self.code[script.id]
+        if type(c) is _Failed:
+            raise EvaluationError(c.message)
         ns = self.ns
         before = dict(ns)
         try:
@@ -440,8 +524,9 @@ class PythonContext:
             raise EvaluationError(problem)
 
     def set_event(self, event: Any) -> None:
-        """Bind ``_event``."""
-        self.ns["_event"] = None if event is None else EventView(event)
+        """Bind ``_event`` (when the chart reads it at all)."""
+        if self._event_used:
+            self.ns["_event"] = None if event is None else EventView(event)
 
     def variables(self) -> dict[str, Any]:
         """The variables, system names removed."""
