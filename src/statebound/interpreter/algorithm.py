@@ -55,7 +55,8 @@ from typing import Any
 from ..chart.model import Chart, StateNode, Transition
 from ..datamodel.budget import Budget
 from ..events import Event
-from .content import ContentMixin
+from .content import _NO_LIMIT, _TICKS, ContentMixin
+from .program import Program
 from .state import ArmedTimeout, Invocation
 
 __all__ = ["Machine", "OutOfRounds", "CACHE_LIMIT"]
@@ -64,10 +65,6 @@ __all__ = ["Machine", "OutOfRounds", "CACHE_LIMIT"]
 class OutOfRounds(Exception):
     """Internal: the round budget ran out (the drive is abandoned)."""
 
-
-#: Ticks between two checks of the budget's clock.
-_TICKS = 16
-_NO_LIMIT = 1 << 62
 
 #: Entries per cache before it is emptied: event names come from outside, so no cache
 #: keyed by them may grow without bound.
@@ -86,28 +83,40 @@ def _name_match(descriptors: tuple[str, ...], name: str) -> bool:
 
 
 class Machine(ContentMixin):
-    """The mutable working state of one drive. Built from a position, turned back into one."""
+    """The mutable working state of one drive. Built from a position, turned back into one.
 
-    def __init__(self, chart: Chart, ctx: Any, *, config: set[int], history: dict[int, tuple[int, ...]],
-                 session_id: str, macrostep: int, send_counter: int, ordinal: int, invoke_counter: int,
-                 invocations: list[Invocation], initialized: set[int], parent: str | None,
-                 timeouts: dict[tuple[int, str], ArmedTimeout], routes: Any, max_rounds: int,
-                 caller_context: Any, now_hint: Any = None, budget: Budget | None = None) -> None:
+    :param config: the set the datamodel's ``In()`` reads; the machine keeps it current.
+    """
+
+    __slots__ = ("_key", "_stamp", "cache", "caller_context", "cancelled", "chart", "config", "ctx",
+                 "current_event", "current_sendid", "effects", "final_config", "history", "initialized",
+                 "internal", "invocations", "invoke_counter", "invokers", "ioprocessors", "late", "macrostep_no",
+                 "max_rounds", "microstep_no", "ordinal", "ordinal_at_microstep", "parent", "prog", "round_no",
+                 "routes", "running", "send_counter", "session_id", "start_data", "states", "states_to_invoke",
+                 "timeouts")
+
+    def __init__(self, chart: Chart, prog: Program, ctx: Any, config: set[int], pos: Any, macrostep: int,
+                 max_rounds: int, caller_context: Any, budget: Budget | None = None) -> None:
         self.chart = chart
         self.states: tuple[StateNode, ...] = chart.states
+        self.prog = prog
         self.ctx = ctx
         self.config = config
-        self.history = history
-        self.session_id = session_id
+        self._key: tuple[int, ...] | None = None
+        self.history: dict[int, tuple[int, ...]] = dict(pos.history) if pos.history else {}
+        self.session_id: str = pos.session_id
         self.macrostep_no = macrostep
-        self.send_counter = send_counter
-        self.ordinal = ordinal
-        self.invoke_counter = invoke_counter
-        self.invocations = invocations
-        self.initialized = initialized
-        self.parent = parent
-        self.timeouts = timeouts
-        self.routes = routes
+        self.send_counter: int = pos.send_counter
+        self.ordinal: int = pos.ordinal
+        self.invoke_counter: int = pos.invoke_counter
+        self.invocations: list[Invocation] = list(pos.invocations)
+        self.initialized: set[int] = set(pos.initialized) if pos.initialized else set()
+        self.parent: str | None = pos.parent
+        self.timeouts: dict[tuple[int, str], ArmedTimeout] = \
+            {(t.state, t.name): t for t in pos.timeouts} if pos.timeouts else {}
+        self.routes = pos.routes
+        self.ioprocessors: Any = pos.ioprocessors
+        self.invokers: Any = pos.invokers
         self.max_rounds = max_rounds
         self.caller_context = caller_context
         self.budget = budget
@@ -121,40 +130,23 @@ class Machine(ContentMixin):
         self.round_no = 0
         self.final_config: tuple[int, ...] | None = None
         self.cancelled = False
-        self.cache: dict[str, dict[Any, Any]] = chart._caches.setdefault("algo", {
-            "select": {}, "conflict": {}, "plan": {}, "entry": {}, "eventless": {}})
+        cache = chart._caches.get("algo")
+        if cache is None:
+            cache = chart._caches["algo"] = {"select": {}, "conflict": {}, "plan": {}, "entry": {}, "eventless": {}}
+        self.cache: dict[str, dict[Any, Any]] = cache
         self.late = chart.binding == "late"
-        self.ordinal_at_microstep = ordinal
+        self.ordinal_at_microstep = self.ordinal
         self.current_event: str | None = None
         self.current_sendid: str | None = None
-        self.ioprocessors: Any = None
-        self.invokers: Any = None
         self.start_data: dict[str, Any] | None = None
+        self._stamp: Any = None
 
-    def tick(self) -> None:
-        """A unit of work was done: read the budget's clock once every few (it costs a syscall)."""
-        self.ticks -= 1
-        if self.ticks <= 0:
-            self.tock()
-
-    def tock(self) -> None:
-        """Check the budget now; ``BudgetSpent`` if it has run out."""
-        self.ticks = _TICKS
-        if self.budget is not None:
-            self.budget.check()
-
-    def check_items(self) -> None:
-        """Spend a tick, and bound the events and effects this drive holds (its memory budget).
-
-        Called per microstep and per ``<foreach>`` iteration: between two calls one block of
-        executable content runs, and the chart's element limit bounds how much it can queue.
-        """
-        self.ticks -= 1
-        if self.ticks <= 0:
-            self.tock()
-        if len(self.internal) + len(self.effects) > self.max_items:
-            assert self.budget is not None
-            self.budget.check_items(len(self.internal) + len(self.effects))
+    def config_key(self) -> tuple[int, ...]:
+        """The configuration in document order (the caches' key), computed once per change."""
+        key = self._key
+        if key is None:
+            key = self._key = tuple(sorted(self.config))
+        return key
 
     # ------------------------------------------------------------------ main loop
     def start(self) -> None:
@@ -175,7 +167,7 @@ class Machine(ContentMixin):
             self.initialize_data(root)
             self.initialized.add(0)
         if self.chart.script:
-            self.execute_content(self.chart.script, 0)
+            self.execute_content(self.prog.block(self.chart.script), 0)
         assert root.initial is not None
         self.enter_states([root.initial])
         self.macrostep()
@@ -194,7 +186,7 @@ class Machine(ContentMixin):
             if event.invokeid and inv.invokeid == event.invokeid:
                 spec = self.states[inv.state].invokes[inv.index]
                 if spec.finalize:
-                    self.execute_content(spec.finalize, inv.state)
+                    self.execute_content(self.prog.block(spec.finalize), inv.state)
             if inv.autoforward:
                 self.emit_autoforward(inv, event)
         enabled = self.select_transitions(event)
@@ -232,21 +224,23 @@ class Machine(ContentMixin):
 
     def exit_interpreter(self) -> None:
         """``exitInterpreter``: exit every state in exit order, report ``Done``."""
-        self.final_config = tuple(sorted(self.config))
-        for s in sorted(self.config, reverse=True):
+        self.final_config = self.config_key()
+        onexit = self.prog.onexit
+        for s in reversed(self.final_config):
             node = self.states[s]
-            for block in node.onexit:
+            for block in onexit[s]:
                 self.execute_content(block, s)
             self.cancel_invokes(s)
             self.cancel_timeouts(s)
             self.config.discard(s)
+            self._key = None
             if node.kind == "final" and node.parent == 0:
                 self.emit_done(node)
 
     # ------------------------------------------------------------------ selection
     def select_eventless_transitions(self) -> list[Transition]:
         """``selectEventlessTransitions``."""
-        key = tuple(sorted(self.config))
+        key = self.config_key()
         chains = self.cache["eventless"].get(key)
         if chains is None:
             chains = self._chains(key, None)
@@ -257,7 +251,7 @@ class Machine(ContentMixin):
 
     def select_transitions(self, event: Event) -> list[Transition]:
         """``selectTransitions`` for an event (internal or external)."""
-        key = (tuple(sorted(self.config)), event.name)
+        key = (self.config_key(), event.name)
         chains = self.cache["select"].get(key)
         if chains is None:
             chains = self._chains(key[0], event.name)
@@ -306,7 +300,7 @@ class Machine(ContentMixin):
 
     def remove_conflicting_transitions(self, enabled: list[Transition]) -> list[Transition]:
         """``removeConflictingTransitions``: optimal enabled set, document-order priority."""
-        key = (tuple(sorted(self.config)), tuple(t.index for t in enabled))
+        key = (self.config_key(), tuple(t.index for t in enabled))
         cached = self.cache["conflict"].get(key)
         if cached is not None:
             return list(cached)
@@ -348,7 +342,7 @@ class Machine(ContentMixin):
 
     def _exit_plan(self, enabled: list[Transition]) -> tuple[tuple[int, ...], bool]:
         """The exit set in exit order, and whether any exited state records history."""
-        key = (tuple(sorted(self.config)), tuple(t.index for t in enabled))
+        key = (self.config_key(), tuple(t.index for t in enabled))
         plan = self.cache["plan"].get(key)
         if plan is None:
             uses_history = [False]
@@ -397,15 +391,16 @@ class Machine(ContentMixin):
                     else:
                         val = tuple(c for c in sorted(self.config) if states[c].parent == s)
                     self.history[h] = val
+        onexit = self.prog.onexit
         for s in to_exit:
-            node = states[s]
-            for block in node.onexit:
+            for block in onexit[s]:
                 self.execute_content(block, s)
-            if node.invokes:
+            if states[s].invokes:
                 self.cancel_invokes(s)
             if self.timeouts:
                 self.cancel_timeouts(s)
             self.config.discard(s)
+        self._key = None
 
     def compute_exit_set(self, transitions: list[Transition], uses_history: list[bool]) -> set[int]:
         """``computeExitSet``: active descendants of each transition's domain."""
@@ -425,27 +420,31 @@ class Machine(ContentMixin):
 
     def execute_transition_content(self, enabled: list[Transition]) -> None:
         """``executeTransitionContent``."""
+        content = self.prog.content
         for t in enabled:
             if t.content:
-                self.execute_content(t.content, t.source)
+                self.execute_content(content[t.index], t.source)
 
     def enter_states(self, enabled: list[Transition]) -> None:
         """``enterStates``: enter in entry order, run onentry, raise ``done.state.*``."""
         to_enter, default_entry, default_history = self._entry_plan(enabled)
         states = self.states
+        prog = self.prog
+        onentry = prog.onentry
         for s in to_enter:
             node = states[s]
             self.config.add(s)
+            self._key = None
             self.states_to_invoke.add(s)
             if self.late and s not in self.initialized:
                 self.initialized.add(s)
                 self.initialize_data(node)
-            for block in node.onentry:
+            for block in onentry[s]:
                 self.execute_content(block, s)
             if s in default_entry and node.initial is not None and node.initial.content:
-                self.execute_content(node.initial.content, s)
+                self.execute_content(prog.content[node.initial.index], s)
             if s in default_history:
-                self.execute_content(default_history[s], s)
+                self.execute_content(prog.block(default_history[s]), s)
             if node.timeouts:
                 self.arm_timeouts(node)
             if node.kind == "final":

@@ -12,9 +12,8 @@ from typing import Any
 import msgpack
 
 from ..chart.compiler import parse_duration, parse_instant
-from ..chart.model import (INVOKE_SCXML_TYPES, Action, Assign, CancelAction, DoneData, Foreach, If, InvokeSpec,
-                           LogAction, Param,
-                           Raise, Script, SendAction, StateNode, TimeoutSpec)
+from ..chart.model import (INVOKE_SCXML_TYPES, CancelAction, DoneData, Foreach, InvokeSpec, Param, SendAction,
+                           StateNode, TimeoutSpec)
 from ..datamodel.base import check_serializable
 from ..effects import Autoforward, Cancel, CancelInvoke, Done, Invoke, Log, Send, SendDelayed
 from ..events import BASICHTTP_PROCESSOR, SCXML_PROCESSOR, Event
@@ -35,8 +34,15 @@ def _copy(value: Any) -> Any:
     return value
 
 
+#: Ticks between two checks of the budget's clock.
+_TICKS = 16
+_NO_LIMIT = 1 << 62
+
+
 class ContentMixin:
     """Executable content for :class:`~statebound.interpreter.algorithm.Machine`."""
+
+    __slots__ = ("budget", "max_items", "ticks")
 
     # attributes provided by Machine (declared for type checkers)
     chart: Any
@@ -46,7 +52,37 @@ class ContentMixin:
     internal: Any
     effects: list[Any]
     running: bool
+    prog: Any
+    _stamp: Any
+    budget: Any
+    max_items: int
     ticks: int
+
+    # ------------------------------------------------------------------ the budget
+    def tick(self) -> None:
+        """A unit of work was done: read the budget's clock once every few (it costs a syscall)."""
+        self.ticks -= 1
+        if self.ticks <= 0:
+            self.tock()
+
+    def tock(self) -> None:
+        """Check the budget now; ``BudgetSpent`` if it has run out."""
+        self.ticks = _TICKS
+        if self.budget is not None:
+            self.budget.check()
+
+    def check_items(self) -> None:
+        """Spend a tick, and bound the events and effects this drive holds (its memory budget).
+
+        Called per microstep and per ``<foreach>`` iteration: between two calls one block of
+        executable content runs, and the chart's element limit bounds how much it can queue.
+        """
+        self.ticks -= 1
+        if self.ticks <= 0:
+            self.tock()
+        if len(self.internal) + len(self.effects) > self.max_items:
+            assert self.budget is not None
+            self.budget.check_items(len(self.internal) + len(self.effects))
 
     # ------------------------------------------------------------------ helpers
     def stamp(self) -> dict[str, int]:
@@ -58,8 +94,6 @@ class ContentMixin:
         d = {"macrostep": self.macrostep_no, "microstep": key[0], "round": key[1]}  # type: ignore[attr-defined]
         self._stamp = (key, d)
         return d
-
-    _stamp: Any = None
 
     def raise_error(self, name: str, message: str, sendid: str | None = None) -> None:
         """Place ``error.execution``/``error.communication`` on the internal queue.
@@ -73,52 +107,23 @@ class ContentMixin:
     def condition_match(self, t: Any) -> bool:
         """``conditionMatch``: a failing condition is false and raises ``error.execution``."""
         try:
-            return self.ctx.cond(t.cond)
+            return self.prog.cond[t.index](self.ctx)
         except EvaluationError as exc:
             self.raise_error("error.execution", str(exc))
             return False
 
-    def execute_content(self, block: tuple[Action, ...], owner: int) -> None:
-        """``executeContent``: run a block; the first error aborts the rest of the block."""
+    def execute_content(self, block: tuple[Any, ...], owner: int) -> None:
+        """``executeContent``: run a compiled block; the first error aborts the rest of the block."""
         try:
-            for a in block:
-                self.execute_action(a, owner)
+            for run in block:
+                self.ticks -= 1  # the budget, inline: this is the hottest loop in a drive
+                if self.ticks <= 0:
+                    self.tock()
+                run(self, owner)
         except EvaluationError as exc:
             self.raise_error("error.execution", str(exc), getattr(exc, "sendid", None))
 
-    def execute_action(self, a: Action, owner: int) -> None:
-        """Run one action; an ``EvaluationError`` propagates to the enclosing block."""
-        self.ticks -= 1  # the budget, inline: this is the hottest call in a drive
-        if self.ticks <= 0:
-            self.tock()  # type: ignore[attr-defined]
-        t = type(a)
-        ctx = self.ctx
-        if t is Assign:
-            value = ctx.evaluate(a.expr) if a.expr is not None else _copy(a.value)  # type: ignore[attr-defined]
-            ctx.assign(a.location, value)  # type: ignore[attr-defined]
-        elif t is LogAction:
-            value = ctx.evaluate(a.expr) if a.expr is not None else None  # type: ignore[attr-defined]
-            self.effects.append(Log(label=a.label, value=value, **self.stamp()))  # type: ignore[attr-defined]
-        elif t is Raise:
-            self.internal.append(Event(a.event, None, "internal"))  # type: ignore[attr-defined]
-        elif t is If:
-            for cond, acts in a.branches:  # type: ignore[attr-defined]
-                if cond is None or ctx.cond(cond):
-                    for b in acts:
-                        self.execute_action(b, owner)
-                    break
-        elif t is SendAction:
-            self.send(a, owner)  # type: ignore[arg-type]
-        elif t is CancelAction:
-            self.cancel(a, owner)  # type: ignore[arg-type]
-        elif t is Foreach:
-            self.foreach(a, owner)  # type: ignore[arg-type]
-        elif t is Script:
-            ctx.execute(a.code)  # type: ignore[attr-defined]
-        else:  # pragma: no cover - the compiler only builds the types above
-            raise EvaluationError(f"unknown action {a!r}")
-
-    def foreach(self, a: Foreach, owner: int) -> None:
+    def foreach(self, a: Foreach, body: tuple[Any, ...], owner: int) -> None:
         """``<foreach>`` over a shallow copy of the array; a failing child stops it all."""
         ctx = self.ctx
         seq = ctx.evaluate(a.array)
@@ -132,12 +137,13 @@ class ContentMixin:
             if loc is not None and not ctx.is_declared(loc):
                 ctx.declare(loc.src.strip(), None)
         for i, v in enumerate(items):
-            self.check_items()  # type: ignore[attr-defined]
+            self.check_items()
             ctx.assign(a.item, v)
             if a.index is not None:
                 ctx.assign(a.index, i)
-            for b in a.actions:
-                self.execute_action(b, owner)
+            for run in body:
+                self.tick()
+                run(self, owner)
 
     # ------------------------------------------------------------------ data
     def declare_unbound(self, name: str) -> None:

@@ -8,6 +8,7 @@ always give an equal position and equal effects.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from types import MappingProxyType
 from typing import Any
 
 from ..chart.model import Chart
@@ -19,7 +20,10 @@ from ..events import SCXML_PROCESSOR, Event
 from ..exceptions import (BudgetExceeded, ChartIdentityMismatch, EvaluationError, NotRunning,
                           SerializationError)
 from .algorithm import Machine, OutOfRounds, _put
+from .program import program_for
 from .state import CANCELLED, DONE, RUNNING, Position, advance, make_position
+from .static import Micro, Plan, Quick, choose, micro_step, plan_step, run_micro
+from .values import new_event
 
 __all__ = ["Interpreter"]
 
@@ -73,8 +77,21 @@ def _as_event(event: Event | str) -> Event:
     if isinstance(event, str):
         if not event:
             raise ValueError("an event needs a non-empty name")
-        return Event(event)
+        return new_event(event)
     raise TypeError(f"drive() takes an Event or an event name, not {type(event).__name__}")
+
+
+class _Inert:
+    """The context of a chart with no expressions and no ``<data>``: nothing can read or
+    change its datamodel, so the drive neither decodes nor encodes it."""
+
+    __slots__ = ()
+
+    def set_event(self, event: Any) -> None:
+        """Nothing can read ``_event``."""
+
+
+_INERT = _Inert()
 
 
 class Interpreter:
@@ -87,10 +104,14 @@ class Interpreter:
         none); exhausted, the drive ends the same way, with ``reason="cpu"``.
     :param max_memory_bytes: bytes of values one drive may bring out of its datamodel, and
         the ECMAScript heap cap (``None``: none); exhausted, ``reason="memory"``.
+    :param static_path: answer the macrosteps whose shape does not depend on data from a
+        per-chart plan (the default; see ``docs/adr/0019-static-path-plans.md``). ``False``
+        runs the full W3C macrostep every time: the same positions and effects, slower;
+        for diagnosis and benchmarks.
     """
 
     def __init__(self, chart: Chart, *, max_rounds: int = 10_000, max_cpu_ms: int | None = DEFAULT_CPU_MS,
-                 max_memory_bytes: int | None = DEFAULT_MEMORY_BYTES) -> None:
+                 max_memory_bytes: int | None = DEFAULT_MEMORY_BYTES, static_path: bool = True) -> None:
         if not isinstance(chart, Chart):
             raise TypeError(f"Interpreter needs a Chart, not {type(chart).__name__}")
         if max_rounds < 1:
@@ -101,10 +122,16 @@ class Interpreter:
         self.max_cpu_ms = max_cpu_ms
         self.max_memory_bytes = max_memory_bytes
         self._dm = datamodel_for(chart)
+        self._prog = program_for(chart, self._dm)
         self._by_id = chart._by_id
         self._declared = frozenset(d.id for s in chart.states for d in s.data)
-        self._static: dict[tuple[tuple[int, ...], str], tuple[int, ...] | None] = \
-            chart._caches.setdefault("static", {})
+        uses = getattr(self._dm, "uses", None)  # the system variables the datamodel reads, if it says
+        self._needs_event = uses is None or "_event" in uses
+        self._needs_iop = uses is None or "_ioprocessors" in uses
+        # Nothing can read or change the datamodel of a chart with no expression and no <data>.
+        self._inert = not chart.expressions and not self._declared and chart.datamodel in ("python", "null")
+        self._static: dict[tuple[tuple[int, ...], str], Any] = \
+            chart._caches.setdefault("static", {}) if static_path else _NeverStatic()
 
     # ------------------------------------------------------------------ verbs
     def start(self, session_id: str = "session", data: Mapping[str, Any] | None = None, *,
@@ -167,21 +194,30 @@ class Interpreter:
         if chart is not self.chart and chart.identity != self.chart.identity:
             raise ChartIdentityMismatch((self.chart.identity, self.chart.name, self.chart.version),
                                         (chart.identity, chart.name, chart.version))
-        # The static fast path first; a bare event name needs no Event object to be looked up.
+        # The static path first; a bare event name needs no Event object to be looked up.
         if type(event) is str:
-            if event and not position.timeouts and \
-                    (not position.invocations or not any(i.autoforward for i in position.invocations)):
-                fast, budget = self._static_lookup(position.states, event, budget)
-                if fast is not None:
-                    return advance(position, fast), ()
-            ev = _as_event(event)
+            if not event:
+                raise ValueError("an event needs a non-empty name")
+            ev = None
+            name = event
+            static = not position.timeouts and \
+                (not position.invocations or not any(i.autoforward for i in position.invocations))
         else:
             ev = _as_event(event)
-            if not ev.is_cancel and not position.timeouts and \
-                    (not position.invocations or self._quiet_invocations(position, ev)):
-                fast, budget = self._static_lookup(position.states, ev.name, budget)
-                if fast is not None:
+            name = ev.name
+            static = not ev.is_cancel and not position.timeouts and \
+                (not position.invocations or self._quiet_invocations(position, ev))
+        if static:
+            fast, budget = self._static_lookup(position.states, name, budget)
+            if fast is not None:
+                if isinstance(fast, tuple):
                     return advance(position, fast), ()
+                budget = self._budget(budget)
+                done = self._run_plan(fast, position, name, ev, budget)
+                if done is not None:
+                    return done
+        if ev is None:
+            ev = new_event(name)
         budget = self._budget(budget)
         m = self._machine(position, None, caller_context, macrostep=position.macrostep + 1, budget=budget)
         try:
@@ -192,9 +228,7 @@ class Interpreter:
                                               macrostep=position.macrostep + 1, microstep=m.microstep_no,
                                               round=m.round_no),)
         except BudgetSpent as exc:
-            return position, (BudgetExhausted(rounds=m.microstep_no, event=ev.name, reason=exc.reason,
-                                              macrostep=position.macrostep + 1, microstep=m.microstep_no,
-                                              round=m.round_no),)
+            return position, _spent(exc, ev.name, position.macrostep + 1, m.microstep_no, m.round_no)
         return self._finish(position, m, packed)
 
     def _budget(self, budget: Budget | None) -> Budget:
@@ -204,68 +238,65 @@ class Interpreter:
             raise TypeError(f"budget must be a Budget, not {type(budget).__name__}")
         return budget.start()
 
-    # ------------------------------------------------------------------ the static fast path
+    # ------------------------------------------------------------------ the static path
     def _static_lookup(self, states: tuple[int, ...], name: str,
-                       budget: Budget | None) -> tuple[tuple[int, ...] | None, Budget | None]:
-        """The cached :meth:`_static_step` answer for (configuration, event name), and the budget.
+                       budget: Budget | None) -> tuple[tuple[int, ...] | Plan | None, Budget | None]:
+        """The static answer for (configuration, event name), planned on first use, and the budget.
 
-        Working the answer out spends the drive's budget (created here when none was given:
-        a hit costs no budget at all), because a hostile configuration makes it expensive.
+        Planning spends the drive's budget (created here when none was given: a hit costs
+        no budget at all), because a hostile configuration makes it expensive.
         """
         key = (states, name)
         fast = self._static.get(key, _UNKNOWN)
         if fast is _UNKNOWN:
             budget = self._budget(budget)
             try:
-                fast = self._static_step(states, name, budget)
+                fast = plan_step(self._scratch(states, budget), name)
             except BudgetSpent:
                 return None, budget  # not cached; the full drive runs out of the same budget
             _put(self._static, key, fast)
-        return fast, budget  # type: ignore[return-value]
+        return fast, budget
 
     @staticmethod
     def _quiet_invocations(pos: Position, ev: Event) -> bool:
         return ev.invokeid is None and not any(i.autoforward for i in pos.invocations)
 
-    def _static_step(self, states: tuple[int, ...], name: str, budget: Budget) -> tuple[int, ...] | None:
-        """The configuration a macrostep reaches when nothing in it can vary, else ``None``.
+    def _scratch(self, states: tuple[int, ...], budget: Budget) -> Machine:
+        """A machine in configuration ``states`` for planning (its datamodel is never used)."""
+        return Machine(self.chart, self._prog, _INERT, set(states), Position(self.chart, "static", RUNNING, states),
+                       0, self.max_rounds, None, budget)
 
-        "Nothing can vary" means: the selected transitions have no conditions, and no state
-        exited or entered (nor any transition taken) has executable content, invocations,
-        data, history, timeouts or a final state, and the new configuration has no eventless
-        transitions. Such a macrostep depends only on (configuration, event name), so the
-        answer is computed once per chart and the drive is a lookup.
-        """
-        m = self._machine(Position(self.chart, "static", RUNNING, states), {}, None, macrostep=0, budget=budget)
-        chains = m._chains(states, name)
-        if any(chain[0].cond is not None for chain in chains):
+    def _run_plan(self, plan: Plan, pos: Position, name: str, ev: Event | None,
+                  budget: Budget) -> tuple[Position, tuple[Effect, ...]] | None:
+        """Drive ``pos`` along ``plan``; ``None`` when the full macrostep must run instead."""
+        config = set(pos.states)
+        ctx = self._open(pos, config, None, budget)
+        if self._needs_event:
+            ctx.set_event(ev if ev is not None else new_event(name))
+        q = Quick(ctx, pos.macrostep + 1, budget)
+        try:
+            if plan.chains is None:
+                micro = plan.fixed
+            else:
+                picked = choose(plan, self._prog, ctx)
+                micro = plan.micros.get(picked, _UNKNOWN)  # type: ignore[arg-type]
+                if micro is _UNKNOWN:
+                    transitions = self.chart.transitions
+                    micro = micro_step(self._scratch(pos.states, budget), [transitions[i] for i in picked])
+                    _put(plan.micros, picked, micro)
+                if micro is None:
+                    return None
+            assert isinstance(micro, Micro)
+            run_micro(micro, q, config)
+            packed = pos.data if ctx is _INERT else pack_vars(ctx.variables())
+        except BudgetSpent as exc:
+            return pos, _spent(exc, name, pos.macrostep + 1, q.microstep_no, 0)
+        except (EvaluationError, SerializationError):
             return None
-        enabled = m._pick(chains)
-        if not enabled:
-            return None if m._chains(states, None) else states
-        st = self.chart.states
-        if any(t.content or any(st[x].kind == "history" for x in t.targets) for t in enabled):
-            return None
-        exit_set, records_history = m._exit_plan(enabled)
-        if records_history or any(st[s].onexit or st[s].invokes or st[s].timeouts for s in exit_set):
-            return None
-        uses_history = [False]
-        to_enter: list[int] = []
-        default_entry: set[int] = set()
-        default_history: dict[int, Any] = {}
-        m.config -= set(exit_set)
-        m.compute_entry_set(enabled, to_enter, default_entry, default_history, uses_history)
-        if uses_history[0] or default_history:
-            return None
-        for s in to_enter:
-            n = st[s]
-            if n.onentry or n.invokes or n.timeouts or n.data or n.kind == "final" or \
-                    (s in default_entry and n.initial is not None and n.initial.content):
-                return None
-        new = tuple(sorted(m.config | set(to_enter)))
-        if m._chains(new, None):
-            return None
-        return new
+        return make_position(self.chart, pos.session_id, RUNNING, micro.states, pos.history, packed,
+                             pos.macrostep + 1, pos.send_counter, pos.ordinal, pos.invoke_counter,
+                             pos.invocations, pos.initialized, pos.parent, pos.invokeid, pos.timeouts,
+                             pos.routes, pos.ioprocessors, pos.callbacks, pos.invokers), tuple(q.effects)
 
     # ------------------------------------------------------------------ plumbing
     def _ioprocessors(self, pos: Position) -> dict[str, Any]:
@@ -275,26 +306,26 @@ class Interpreter:
             iop.update(pos.ioprocessors)
         return iop
 
-    def _machine(self, pos: Position, variables: dict[str, Any] | None, caller_context: Any,
-                 macrostep: int, budget: Budget | None = None) -> Machine:
-        config = set(pos.states)
+    def _open(self, pos: Position, config: set[int], variables: dict[str, Any] | None,
+              budget: Budget | None) -> Any:
+        """Open the datamodel for a drive from ``pos`` (``variables`` at start)."""
+        if self._inert and variables is None:
+            return _INERT
         by_id = self._by_id
 
         def in_state(state_id: str) -> bool:
             i = by_id.get(state_id)
             return i is not None and i in config
 
-        ctx = self._dm.open(unpack_vars(pos.data) if variables is None else variables, pos.session_id,
-                            self.chart.name, self._ioprocessors(pos), in_state, budget)
-        m = Machine(self.chart, ctx, config=config, history=dict(pos.history), session_id=pos.session_id,
-                    macrostep=macrostep, send_counter=pos.send_counter, ordinal=pos.ordinal,
-                    invoke_counter=pos.invoke_counter, invocations=list(pos.invocations),
-                    initialized=set(pos.initialized), parent=pos.parent,
-                    timeouts={(t.state, t.name): t for t in pos.timeouts}, routes=pos.routes,
-                    max_rounds=self.max_rounds, caller_context=caller_context, budget=budget)
-        m.ioprocessors = pos.ioprocessors
-        m.invokers = pos.invokers
-        return m
+        return self._dm.open(unpack_vars(pos.data) if variables is None else variables, pos.session_id,
+                             self.chart.name, self._ioprocessors(pos) if self._needs_iop else _NO_IOP, in_state,
+                             budget)
+
+    def _machine(self, pos: Position, variables: dict[str, Any] | None, caller_context: Any,
+                 macrostep: int, budget: Budget | None = None) -> Machine:
+        config = set(pos.states)
+        return Machine(self.chart, self._prog, self._open(pos, config, variables, budget), config, pos, macrostep,
+                       self.max_rounds, caller_context, budget)
 
     def _settle_data(self, m: Machine, before: dict[str, Any] | None, before_blob: bytes = b"") -> bytes:
         """Encode the datamodel; a value made unstorable in place becomes ``error.execution``.
@@ -304,6 +335,8 @@ class Interpreter:
         drive, ``error.execution`` is raised, and the macrostep continues, so the host never
         sees the failure and nothing is lost.
         """
+        if m.ctx is _INERT:
+            return before_blob
         original: dict[str, Any] = {}
         forced: dict[str, Any] = {}  # put back by the commit: the chart made the variable unwritable
         dropped: set[str] = set()    # names that cannot be stored at all (a lone surrogate)
@@ -341,9 +374,26 @@ class Interpreter:
         halted = not m.running
         new = make_position(
             self.chart, pos.session_id, (CANCELLED if m.cancelled else DONE) if halted else RUNNING,
-            m.final_config if halted and m.final_config is not None else tuple(sorted(m.config)),
-            tuple(sorted(m.history.items())), packed, m.macrostep_no, m.send_counter,
-            m.ordinal, m.invoke_counter, tuple(m.invocations), tuple(sorted(m.initialized)), pos.parent,
-            pos.invokeid, tuple(sorted(m.timeouts.values(), key=lambda t: (t.state, t.name))),
+            m.final_config if halted and m.final_config is not None else m.config_key(),
+            tuple(sorted(m.history.items())) if m.history else (), packed, m.macrostep_no, m.send_counter,
+            m.ordinal, m.invoke_counter, tuple(m.invocations), tuple(sorted(m.initialized)) if m.initialized else (),
+            pos.parent, pos.invokeid,
+            tuple(sorted(m.timeouts.values(), key=lambda t: (t.state, t.name))) if m.timeouts else (),
             pos.routes, pos.ioprocessors, pos.callbacks, pos.invokers)
         return new, tuple(m.effects)
+
+
+class _NeverStatic(dict[Any, Any]):
+    """The static-path cache of an interpreter built with ``static_path=False``: never answers."""
+
+    def get(self, key: Any, default: Any = None) -> Any:
+        return None
+
+
+_NO_IOP: Mapping[str, Any] = MappingProxyType({})
+
+
+def _spent(exc: BudgetSpent, event: str, macrostep: int, microstep: int, round: int) -> tuple[Effect, ...]:
+    """The effects of a drive abandoned because its CPU or memory budget ran out."""
+    return (BudgetExhausted(rounds=microstep, event=event, reason=exc.reason, macrostep=macrostep,
+                            microstep=microstep, round=round),)
