@@ -8,6 +8,7 @@ variables. The interpreter only talks to these two interfaces, so adding a datam
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
@@ -79,12 +80,27 @@ def _default(obj: Any) -> Any:
 
 
 _packer_opts = {"use_bin_type": True, "default": _default, "datetime": False}
+# A Packer is reusable but keeps a buffer, and ``default`` can call back into Python
+# mid-pack: one per thread. Building one per call cost more than the packing itself.
+_local = threading.local()
+
+
+def _pack(value: Any) -> bytes:
+    try:
+        packer = _local.packer
+    except AttributeError:
+        packer = _local.packer = msgpack.Packer(**_packer_opts)
+    try:
+        return packer.pack(value)
+    except BaseException:
+        packer.reset()  # a failed pack leaves what it wrote so far in the buffer
+        raise
 
 
 def _roundtrip(value: Any) -> bytes:
     # msgpack packs tuple keys as arrays, which no reader can turn back into dict keys:
     # decoding once here is what makes "it packed" mean "it will load".
-    blob = msgpack.packb(value, **_packer_opts)
+    blob = _pack(value)
     msgpack.unpackb(blob, raw=False, strict_map_key=False)
     return blob
 
@@ -94,7 +110,10 @@ def pack_vars(values: Mapping[str, Any]) -> bytes:
     if not values:
         return b""
     try:
-        return _roundtrip(values)
+        for k, v in values.items():
+            if type(v) not in _PLAIN or type(k) is not str:
+                return _roundtrip(values)
+        return _pack(values)  # names and scalars: what packs always loads
     except (TypeError, ValueError, OverflowError) as exc:
         raise SerializationError(f"datamodel value cannot be stored: {exc}") from None
 
@@ -116,6 +135,7 @@ def unpack_vars(blob: bytes) -> dict[str, Any]:
 
 
 _SCALARS = (str, float, bool, type(None), bytes)
+_PLAIN = frozenset({*_SCALARS, int})
 
 
 def check_serializable(value: Any, what: str = "value") -> None:

@@ -275,7 +275,7 @@ class PythonDatamodel:
         #: drive is most of a small chart's datamodel cost.
         self.uses: frozenset[str] = frozenset(names & SYSTEM_VARIABLES)
         self._eval = [_evaluator(e, c) for e, c in zip(chart.expressions, self.code, strict=True)]
-        self._cond = [_condition(ev) for ev in self._eval]
+        self._cond = [_condition(e, c) for e, c in zip(chart.expressions, self.code, strict=True)]
         self._assign = [_assigner(e, c) for e, c in zip(chart.expressions, self.code, strict=True)]
 
     @staticmethod
@@ -329,6 +329,14 @@ class PythonDatamodel:
         """``f(ctx, value)``: assign to ``location`` with every check of :meth:`PythonContext.assign`."""
         return self._assign[location.id]
 
+    def assignment(self, location: Expr, expr: Expr) -> Callable[[PythonContext], None] | None:
+        """``f(ctx)``: evaluate ``expr`` and assign it to ``location``, in one closure.
+
+        Exactly ``assigner(location)(ctx, evaluator(expr)(ctx))``, offered where it is
+        shorter (a plain variable name); ``None`` elsewhere.
+        """
+        return _assignment(location, self.code[location.id], expr, self.code[expr.id])
+
     def open(self, variables: dict[str, Any], session_id: str, name: str,
              ioprocessors: Mapping[str, Any], in_state: Callable[[str], bool],
              budget: Budget | None = None) -> PythonContext:
@@ -340,6 +348,10 @@ def _fails(message: str) -> Callable[..., Any]:
     def failed(*_args: Any) -> Any:
         raise EvaluationError(message)
     return failed
+
+
+def _failure(src: str, exc: Exception) -> EvaluationError:
+    return EvaluationError(f"{src!r}: {type(exc).__name__}: {exc}")
 
 
 def _evaluator(e: Expr, c: Any) -> Callable[[PythonContext], Any]:
@@ -359,14 +371,50 @@ def _evaluator(e: Expr, c: Any) -> Callable[[PythonContext], Any]:
         try:
             return eval(code, ctx.ns)
         except Exception as exc:
-            raise EvaluationError(f"{src!r}: {type(exc).__name__}: {exc}") from None
+            raise _failure(src, exc) from None
     return evaluate
 
 
-def _condition(evaluate: Callable[[PythonContext], Any]) -> Callable[[PythonContext], bool]:
+def _condition(e: Expr, c: Any) -> Callable[[PythonContext], bool]:
+    if type(c) is _Failed:
+        return _fails(c.message)
+    code = c[3] if type(c) is tuple else c
+    src = e.src
+    if type(code) is _Repeating:
+        evaluate = _evaluator(e, c)
+        return lambda ctx: bool(evaluate(ctx))
+
     def cond(ctx: PythonContext) -> bool:
-        return bool(evaluate(ctx))
+        try:
+            value = eval(code, ctx.ns)
+        except Exception as exc:
+            raise _failure(src, exc) from None
+        return bool(value)
     return cond
+
+
+def _assignment(loc: Expr, lc: Any, e: Expr, c: Any) -> Callable[[PythonContext], None] | None:
+    """``<assign location expr>`` in one closure, for the common case of a plain variable name."""
+    if type(c) is _Failed or type(lc) is not tuple or lc[0] != "name" or lc[1] in SYSTEM_VARIABLES \
+            or lc[1].startswith("__") or type(c[3] if type(c) is tuple else c) is _Repeating:
+        return None  # the general composition reports failures in its order, and traces loops
+    root = lc[1]
+    code = c[3] if type(c) is tuple else c
+    src = e.src
+    undeclared = f"cannot assign to {loc.src!r}: {root!r} is not declared"
+    what = f"the value assigned to {loc.src!r}"
+
+    def assign(ctx: PythonContext) -> None:
+        ns = ctx.ns
+        try:
+            value = eval(code, ns)
+        except Exception as exc:
+            raise _failure(src, exc) from None
+        if root not in ns:
+            raise EvaluationError(undeclared)
+        check_serializable(value, what)
+        ns[root] = value
+    return assign
 
 
 def _assigner(e: Expr, c: Any) -> Callable[[PythonContext, Any], None]:

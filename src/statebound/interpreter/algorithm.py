@@ -376,8 +376,9 @@ class Machine(ContentMixin):
         to_exit, records_history = self._exit_plan(enabled)
         if not to_exit:
             return
-        for s in to_exit:
-            self.states_to_invoke.discard(s)
+        if self.states_to_invoke:
+            for s in to_exit:
+                self.states_to_invoke.discard(s)
         states = self.states
         if records_history:
             for s in to_exit:
@@ -435,7 +436,8 @@ class Machine(ContentMixin):
             node = states[s]
             self.config.add(s)
             self._key = None
-            self.states_to_invoke.add(s)
+            if node.invokes:  # statesToInvoke: a state without <invoke> would start nothing
+                self.states_to_invoke.add(s)
             if self.late and s not in self.initialized:
                 self.initialized.add(s)
                 self.initialize_data(node)

@@ -128,6 +128,8 @@ class Interpreter:
         uses = getattr(self._dm, "uses", None)  # the system variables the datamodel reads, if it says
         self._needs_event = uses is None or "_event" in uses
         self._needs_iop = uses is None or "_ioprocessors" in uses
+        self._needs_in = uses is None or "In" in uses
+        self._events: dict[str, Event] = {}  # bare names: an Event is immutable, so one per name serves
         # Nothing can read or change the datamodel of a chart with no expression and no <data>.
         self._inert = not chart.expressions and not self._declared and chart.datamodel in ("python", "null")
         self._static: dict[tuple[tuple[int, ...], str], Any] = \
@@ -217,7 +219,10 @@ class Interpreter:
                 if done is not None:
                     return done
         if ev is None:
-            ev = new_event(name)
+            ev = self._events.get(name)
+            if ev is None:
+                ev = new_event(name)
+                _put(self._events, name, ev)
         budget = self._budget(budget)
         m = self._machine(position, None, caller_context, macrostep=position.macrostep + 1, budget=budget)
         try:
@@ -311,12 +316,14 @@ class Interpreter:
         """Open the datamodel for a drive from ``pos`` (``variables`` at start)."""
         if self._inert and variables is None:
             return _INERT
-        by_id = self._by_id
+        if self._needs_in:
+            by_id = self._by_id
 
-        def in_state(state_id: str) -> bool:
-            i = by_id.get(state_id)
-            return i is not None and i in config
-
+            def in_state(state_id: str) -> bool:
+                i = by_id.get(state_id)
+                return i is not None and i in config
+        else:
+            in_state = _never_asked
         return self._dm.open(unpack_vars(pos.data) if variables is None else variables, pos.session_id,
                              self.chart.name, self._ioprocessors(pos) if self._needs_iop else _NO_IOP, in_state,
                              budget)
@@ -397,3 +404,7 @@ def _spent(exc: BudgetSpent, event: str, macrostep: int, microstep: int, round: 
     """The effects of a drive abandoned because its CPU or memory budget ran out."""
     return (BudgetExhausted(rounds=microstep, event=event, reason=exc.reason, macrostep=macrostep,
                             microstep=microstep, round=round),)
+
+
+def _never_asked(state_id: str) -> bool:  # In() for a datamodel that says it never calls it
+    raise AssertionError("In() called by a datamodel that does not use it")

@@ -45,12 +45,14 @@ class Program:
     :ivar cond: per transition index, its compiled condition or ``None``.
     """
 
-    __slots__ = ("_assigner", "_blocks", "_condition", "_evaluator", "cond", "content", "onentry", "onexit")
+    __slots__ = ("_assigner", "_assignment", "_blocks", "_condition", "_evaluator", "cond", "content", "onentry", "onexit")
 
     def __init__(self, chart: Chart, dm: Any) -> None:
         self._evaluator: Callable[[Expr], Callable[[Any], Any]] = getattr(dm, "evaluator", None) or _ctx_evaluator
         self._condition: Callable[[Expr], Callable[[Any], bool]] = getattr(dm, "condition", None) or _ctx_condition
         self._assigner: Callable[[Expr], Callable[[Any, Any], None]] = getattr(dm, "assigner", None) or _ctx_assigner
+        self._assignment: Callable[[Expr, Expr], Callable[[Any], None] | None] | None = \
+            getattr(dm, "assignment", None)
         # keyed by id(): a chart's blocks live as long as the chart, which holds this program
         self._blocks: dict[int, CBlock] = {}
         self.onentry = tuple(tuple(self.block(b) for b in s.onentry) for s in chart.states)
@@ -102,6 +104,12 @@ class Program:
         raise EvaluationError(f"unknown action {a!r}")  # pragma: no cover - the compiler builds only these
 
     def _assign(self, a: Assign) -> Run:
+        if a.expr is not None and self._assignment is not None:
+            fused = self._assignment(a.location, a.expr)
+            if fused is not None:
+                def run_assignment(m: Any, owner: int) -> None:
+                    fused(m.ctx)
+                return run_assignment
         assign = self._assigner(a.location)
         if a.expr is not None:
             evaluate = self._evaluator(a.expr)
