@@ -286,12 +286,14 @@ class Machine(ContentMixin):
 
     def _pick(self, chains: tuple[tuple[Transition, ...], ...]) -> list[Transition]:
         enabled: list[Transition] = []
-        seen: set[int] = set()
         for chain in chains:
             for t in chain:
                 if t.cond is None or self.condition_match(t):
-                    if t.index not in seen:
-                        seen.add(t.index)
+                    # an ancestor's transition can be picked for two atomic states: once is enough
+                    for e in enabled:
+                        if e is t:
+                            break
+                    else:
                         enabled.append(t)
                     break
         if len(enabled) < 2:
@@ -334,31 +336,37 @@ class Machine(ContentMixin):
             raise OutOfRounds()
         self.check_items()
         self.ordinal_at_microstep = self.ordinal
-        self.exit_states(enabled)
+        tkey = tuple([t.index for t in enabled])
+        self.exit_states(enabled, tkey)
         self.execute_transition_content(enabled)
-        self.enter_states(enabled)
+        self.enter_states(enabled, tkey)
         if self.timeouts:
             self.rearm_stays(enabled)
 
-    def _exit_plan(self, enabled: list[Transition]) -> tuple[tuple[int, ...], bool]:
-        """The exit set in exit order, and whether any exited state records history."""
-        key = (self.config_key(), tuple(t.index for t in enabled))
+    def _exit_plan(self, enabled: list[Transition],
+                   tkey: tuple[int, ...] | None = None) -> tuple[tuple[int, ...], bool, bool]:
+        """The exit set in exit order, whether any exited state records history, and
+        whether any has work beyond leaving the configuration (onexit, invokes)."""
+        key = (self.config_key(), tuple([t.index for t in enabled]) if tkey is None else tkey)
         plan = self.cache["plan"].get(key)
         if plan is None:
             uses_history = [False]
             exit_set = self.compute_exit_set(enabled, uses_history)
-            plan = (tuple(sorted(exit_set, reverse=True)), any(self.states[s].histories for s in exit_set))
+            st = self.states
+            plan = (tuple(sorted(exit_set, reverse=True)), any(st[s].histories for s in exit_set),
+                    any(st[s].onexit or st[s].invokes for s in exit_set))
             if not uses_history[0]:
                 _put(self.cache["plan"], key, plan)
         return plan
 
-    def _entry_plan(self, enabled: list[Transition]) -> tuple[Any, ...]:
-        """The entry set in entry order, default entries and default history content.
+    def _entry_plan(self, enabled: list[Transition], tkey: tuple[int, ...] | None = None) -> tuple[Any, ...]:
+        """The entry set in entry order, default entries, default history content, and
+        whether any entered state has work beyond joining the configuration.
 
         Computed after the exit (history values recorded by the exit matter) and cached
         only when no history state was consulted: then it depends on the transitions alone.
         """
-        key = tuple(t.index for t in enabled)
+        key = tuple([t.index for t in enabled]) if tkey is None else tkey
         plan = self.cache["entry"].get(key)
         if plan is None:
             uses_history = [False]
@@ -366,15 +374,24 @@ class Machine(ContentMixin):
             default_entry: set[int] = set()
             default_history: dict[int, Any] = {}
             self.compute_entry_set(enabled, to_enter, default_entry, default_history, uses_history)
-            plan = (tuple(sorted(set(to_enter))), frozenset(default_entry), default_history)
+            st = self.states
+            busy = self.late or bool(default_history) or any(
+                st[s].onentry or st[s].invokes or st[s].timeouts or st[s].kind == "final" or
+                (s in default_entry and st[s].initial is not None and st[s].initial.content)  # type: ignore[union-attr]
+                for s in to_enter)
+            plan = (tuple(sorted(set(to_enter))), frozenset(default_entry), default_history, busy)
             if not uses_history[0]:
                 _put(self.cache["entry"], key, plan)
         return plan
 
-    def exit_states(self, enabled: list[Transition]) -> None:
+    def exit_states(self, enabled: list[Transition], tkey: tuple[int, ...] | None = None) -> None:
         """``exitStates``: record history, run onexit, cancel invokes, leave the configuration."""
-        to_exit, records_history = self._exit_plan(enabled)
+        to_exit, records_history, busy = self._exit_plan(enabled, tkey)
         if not to_exit:
+            return
+        self._key = None
+        if not busy and not records_history and not self.timeouts:
+            self.config.difference_update(to_exit)  # nothing to run: leaving is all there is
             return
         if self.states_to_invoke:
             for s in to_exit:
@@ -401,7 +418,6 @@ class Machine(ContentMixin):
             if self.timeouts:
                 self.cancel_timeouts(s)
             self.config.discard(s)
-        self._key = None
 
     def compute_exit_set(self, transitions: list[Transition], uses_history: list[bool]) -> set[int]:
         """``computeExitSet``: active descendants of each transition's domain."""
@@ -426,9 +442,13 @@ class Machine(ContentMixin):
             if t.content:
                 self.execute_content(content[t.index], t.source)
 
-    def enter_states(self, enabled: list[Transition]) -> None:
+    def enter_states(self, enabled: list[Transition], tkey: tuple[int, ...] | None = None) -> None:
         """``enterStates``: enter in entry order, run onentry, raise ``done.state.*``."""
-        to_enter, default_entry, default_history = self._entry_plan(enabled)
+        to_enter, default_entry, default_history, busy = self._entry_plan(enabled, tkey)
+        if not busy:
+            self.config.update(to_enter)  # nothing to run: joining is all there is
+            self._key = None
+            return
         states = self.states
         prog = self.prog
         onentry = prog.onentry

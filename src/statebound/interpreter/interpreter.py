@@ -132,8 +132,8 @@ class Interpreter:
         self._events: dict[str, Event] = {}  # bare names: an Event is immutable, so one per name serves
         # Nothing can read or change the datamodel of a chart with no expression and no <data>.
         self._inert = not chart.expressions and not self._declared and chart.datamodel in ("python", "null")
-        self._static: dict[tuple[tuple[int, ...], str], Any] = \
-            chart._caches.setdefault("static", {}) if static_path else _NeverStatic()
+        self._static_path = static_path
+        self._static: dict[tuple[tuple[int, ...], str], Any] = chart._caches.setdefault("static", {})
 
     # ------------------------------------------------------------------ verbs
     def start(self, session_id: str = "session", data: Mapping[str, Any] | None = None, *,
@@ -209,7 +209,7 @@ class Interpreter:
             name = ev.name
             static = not ev.is_cancel and not position.timeouts and \
                 (not position.invocations or self._quiet_invocations(position, ev))
-        if static:
+        if static and self._static_path:
             fast, budget = self._static_lookup(position.states, name, budget)
             if fast is not None:
                 if isinstance(fast, tuple):
@@ -388,13 +388,6 @@ class Interpreter:
             tuple(sorted(m.timeouts.values(), key=lambda t: (t.state, t.name))) if m.timeouts else (),
             pos.routes, pos.ioprocessors, pos.callbacks, pos.invokers)
         return new, tuple(m.effects)
-
-
-class _NeverStatic(dict[Any, Any]):
-    """The static-path cache of an interpreter built with ``static_path=False``: never answers."""
-
-    def get(self, key: Any, default: Any = None) -> Any:
-        return None
 
 
 _NO_IOP: Mapping[str, Any] = MappingProxyType({})

@@ -133,7 +133,7 @@ def micro_step(m: Machine, enabled: list[Transition]) -> Micro | None:
     prog: Program = m.prog
     if any(not _fast(t.content) or any(st[x].kind == "history" for x in t.targets) for t in enabled):
         return None
-    exit_set, records_history = m._exit_plan(enabled)
+    exit_set, records_history, _ = m._exit_plan(enabled)
     if records_history:
         return None
     for s in exit_set:
