@@ -466,30 +466,27 @@ class PythonContext:
     Only the system variables the chart names are bound (see :attr:`PythonDatamodel.uses`).
     """
 
-    __slots__ = ("_assign", "_cond", "_eval", "_event_used", "_system", "budget", "code", "ns")
+    __slots__ = ("_dm", "_system", "budget", "ns")
 
     def __init__(self, dm: PythonDatamodel, variables: dict[str, Any], session_id: str, name: str,
                  ioprocessors: Mapping[str, Any], in_state: Callable[[str], bool],
                  budget: Budget | None = None) -> None:
-        self.code = dm.code
+        self._dm = dm
         self.budget = budget
-        self._eval = dm._eval
-        self._cond = dm._cond
-        self._assign = dm._assign
         uses = dm.uses
         ns = variables
         ns["__builtins__"] = SAFE_BUILTINS
         ns["_sessionid"] = session_id
         ns["_name"] = name
-        if "_ioprocessors" in uses:
-            ns["_ioprocessors"] = ioprocessors
-        if "In" in uses:
-            ns["In"] = in_state
-        self._event_used = "_event" in uses
-        if self._event_used:
-            ns["_event"] = None
+        if uses:
+            if "_ioprocessors" in uses:
+                ns["_ioprocessors"] = ioprocessors
+            if "In" in uses:
+                ns["In"] = in_state
+            if "_event" in uses:
+                ns["_event"] = None
         self.ns = ns
-        self._system = (session_id, name, ns.get("_ioprocessors"), ns.get("In"))
+        self._system = (session_id, name, ioprocessors, in_state)
 
     def _traced(self, run: Callable[..., Any], c: _Repeating) -> Any:
         """``eval``/``exec`` code that can loop, under the budget's tracer.
@@ -509,24 +506,24 @@ class PythonContext:
 
     def evaluate(self, expr: Expr) -> Any:
         """Evaluate an expression in the namespace."""
-        return self._eval[expr.id](self)
+        return self._dm._eval[expr.id](self)
 
     def cond(self, expr: Expr) -> bool:
         """Evaluate a condition."""
-        return self._cond[expr.id](self)
+        return self._dm._cond[expr.id](self)
 
     def valid_location(self, location: Expr) -> bool:
         """Whether ``location`` compiled as an assignable target."""
-        return type(self.code[location.id]) is tuple
+        return type(self._dm.code[location.id]) is tuple
 
     def is_declared(self, location: Expr) -> bool:
         """Whether the location's root variable exists."""
-        c = self.code[location.id]
+        c = self._dm.code[location.id]
         return type(c) is tuple and c[1] in self.ns and c[1] not in SYSTEM_VARIABLES
 
     def assign(self, location: Expr, value: Any) -> None:
         """Assign, refusing system variables, undeclared names and unstorable values."""
-        self._assign[location.id](self, value)
+        self._dm._assign[location.id](self, value)
 
     def declare(self, name: str, value: Any) -> None:
         """Create a variable (``<data>``, foreach item/index)."""
@@ -536,7 +533,7 @@ class PythonContext:
 
     def execute(self, script: Expr) -> None:
         """Run a ``<script>``, then check it left system variables alone and stored only data."""
-        c = self.code[script.id]
+        c = self._dm.code[script.id]
         if type(c) is _Failed:
             raise EvaluationError(c.message)
         ns = self.ns
@@ -551,7 +548,10 @@ class PythonContext:
             raise EvaluationError(f"<script> failed: {type(exc).__name__}: {exc}") from None
         finally:
             ns["__builtins__"] = SAFE_BUILTINS
-        sid, name, iop, in_state = self._system
+        sid, name, bound_iop, bound_in = self._system
+        uses = self._dm.uses  # an unbound system variable must still be absent
+        iop = bound_iop if "_ioprocessors" in uses else None
+        in_state = bound_in if "In" in uses else None
         problem = None
         if ns.get("_sessionid") != sid or ns.get("_name") != name or ns.get("_ioprocessors") is not iop \
                 or ns.get("In") is not in_state or ns.get("_event") is not before.get("_event"):
@@ -573,7 +573,7 @@ class PythonContext:
 
     def set_event(self, event: Any) -> None:
         """Bind ``_event`` (when the chart reads it at all)."""
-        if self._event_used:
+        if "_event" in self._dm.uses:
             self.ns["_event"] = None if event is None else EventView(event)
 
     def variables(self) -> dict[str, Any]:

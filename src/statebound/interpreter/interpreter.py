@@ -292,7 +292,7 @@ class Interpreter:
                 if micro is None:
                     return None
             assert isinstance(micro, Micro)
-            run_micro(micro, q, config)
+            run_micro(micro, q, config if self._needs_in else None)
             packed = pos.data if ctx is _INERT else pack_vars(ctx.variables())
         except BudgetSpent as exc:
             return pos, _spent(exc, name, pos.macrostep + 1, q.microstep_no, 0)

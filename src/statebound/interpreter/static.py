@@ -44,9 +44,11 @@ class Micro:
     :ivar entries: ``(state, its onentry blocks then its default-entry content)`` in entry order.
     :ivar states: the configuration it ends in.
     :ivar inert: no block runs at all.
+    :ivar flat: every ``(action, owner)`` in order, for datamodels that never call ``In()``
+        (then the configuration need not be kept current along the way).
     """
 
-    __slots__ = ("bodies", "entries", "exits", "inert", "states")
+    __slots__ = ("bodies", "entries", "exits", "flat", "inert", "states")
 
     def __init__(self, exits: tuple[tuple[int, tuple[CBlock, ...]], ...], bodies: tuple[tuple[CBlock, int], ...],
                  entries: tuple[tuple[int, tuple[CBlock, ...]], ...], states: tuple[int, ...]) -> None:
@@ -55,6 +57,9 @@ class Micro:
         self.entries = entries
         self.states = states
         self.inert = not any(b for _, b in exits) and not bodies and not any(b for _, b in entries)
+        self.flat = (*((run, s) for s, blocks in exits for block in blocks for run in block),
+                     *((run, s) for block, s in bodies for run in block),
+                     *((run, s) for s, blocks in entries for block in blocks for run in block))
 
 
 class Plan:
@@ -185,12 +190,20 @@ def choose(plan: Plan, prog: Program, ctx: Any) -> tuple[int, ...]:
     return tuple(picked)
 
 
-def run_micro(micro: Micro, q: Quick, config: set[int]) -> None:
+def run_micro(micro: Micro, q: Quick, config: set[int] | None) -> None:
     """Run a planned microstep, keeping ``config`` (what ``In()`` reads) as ``microstep`` would.
 
+    ``config`` is ``None`` when the datamodel never reads it.
     :raises EvaluationError: some content failed; the caller abandons the plan.
     """
     q.check_items()  # the microstep's own check, as ``Machine.microstep`` makes it
+    if config is None:
+        for run, owner in micro.flat:
+            q.ticks -= 1
+            if q.ticks <= 0:
+                q.tock()
+            run(q, owner)
+        return
     for s, blocks in micro.exits:
         for block in blocks:
             for run in block:
