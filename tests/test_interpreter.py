@@ -561,6 +561,20 @@ def test_eventless_cycle_after_event_is_bounded():
     assert len(effects) == 1 and isinstance(effects[0], BudgetExhausted)
 
 
+def test_an_eventless_condition_that_always_fails_is_bounded_too():
+    # each evaluation raises error.execution and enables nothing: no microstep ever runs,
+    # so only counting the idle internal events stops it
+    body = ('<state id="idle"><transition event="go" target="a"/></state>'
+            '<state id="a"><transition cond="nope > 1" target="b"/></state><state id="b"/>')
+    _, it = machine(body, max_rounds=40)
+    pos, _ = it.start()
+    new, effects = it.drive(pos, "go")
+    assert new == pos and [type(e) for e in effects] == [BudgetExhausted]
+    with pytest.raises(sb.BudgetExceeded):
+        machine('<state id="a"><transition cond="nope > 1" target="b"/></state><state id="b"/>',
+                max_rounds=40)[1].start()
+
+
 def test_budget_is_per_drive_and_the_position_stays_usable():
     body = ('<datamodel><data id="n" expr="0"/></datamodel>'
             '<state id="s"><transition event="loop" target="s"><raise event="loop"/></transition>'

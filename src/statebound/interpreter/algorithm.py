@@ -30,7 +30,9 @@ Deviations, with their reasons:
 * **No queues across calls.** The external queue belongs to the host: one drive is one
   external event. Sends to the session itself come back as ``Send`` effects that the
   host feeds in as later drives, in FIFO order.
-* **Round budget.** ``max_rounds`` bounds the microsteps of one drive. A chart that
+* **Round budget.** ``max_rounds`` bounds the microsteps of one drive, plus the internal
+  events it dequeues that enable no transition (an eventless condition that fails on every
+  evaluation raises ``error.execution`` forever without a microstep). A chart that
   never settles (``<transition event="e"><raise event="e"/>``...) returns the untouched
   position and a ``BudgetExhausted`` effect instead of hanging the host.
 * **CPU and memory budget.** The loops whose work grows with the chart (and faster than
@@ -89,8 +91,9 @@ class Machine(ContentMixin):
     """
 
     __slots__ = ("_key", "_stamp", "cache", "caller_context", "cancelled", "chart", "config", "ctx",
-                 "current_event", "current_sendid", "effects", "final_config", "history", "initialized",
-                 "internal", "invocations", "invoke_counter", "invokers", "ioprocessors", "late", "macrostep_no",
+                 "current_event", "current_sendid", "effects", "final_config", "history", "idle_no",
+                 "initialized", "internal", "invocations", "invoke_counter", "invokers", "ioprocessors", "late",
+                 "macrostep_no",
                  "max_rounds", "microstep_no", "ordinal", "ordinal_at_microstep", "parent", "prog", "round_no",
                  "routes", "running", "send_counter", "session_id", "start_data", "states", "states_to_invoke",
                  "timeouts")
@@ -127,6 +130,7 @@ class Machine(ContentMixin):
         self.states_to_invoke: set[int] = set()
         self.running = True
         self.microstep_no = 0
+        self.idle_no = 0  # internal events that enabled nothing (they count toward max_rounds)
         self.round_no = 0
         self.final_config: tuple[int, ...] | None = None
         self.cancelled = False
@@ -207,6 +211,10 @@ class Machine(ContentMixin):
                     self.current_event = ev.name
                     self.current_sendid = ev.sendid
                     enabled = self.select_transitions(ev)
+                    if not enabled:
+                        self.idle_no += 1
+                        if self.microstep_no + self.idle_no > self.max_rounds:
+                            raise OutOfRounds()
                 if enabled:
                     self.microstep(enabled)
             if not self.running:
@@ -332,7 +340,7 @@ class Machine(ContentMixin):
     def microstep(self, enabled: list[Transition]) -> None:
         """``microstep``: exit, run transition content, enter."""
         self.microstep_no += 1
-        if self.microstep_no > self.max_rounds:
+        if self.microstep_no + self.idle_no > self.max_rounds:
             raise OutOfRounds()
         self.check_items()
         self.ordinal_at_microstep = self.ordinal

@@ -98,8 +98,9 @@ class Interpreter:
     """Runs one chart. Holds no session state: positions are passed in and returned.
 
     :param chart: the compiled chart.
-    :param max_rounds: microstep budget per drive; when exhausted the drive returns the
-        unchanged position and one :class:`~statebound.effects.BudgetExhausted`.
+    :param max_rounds: microstep budget per drive (internal events that enable no
+        transition count too); when exhausted the drive returns the unchanged position
+        and one :class:`~statebound.effects.BudgetExhausted`.
     :param max_cpu_ms: CPU budget per drive, across every evaluation and round (``None``:
         none); exhausted, the drive ends the same way, with ``reason="cpu"``.
     :param max_memory_bytes: bytes of values one drive may bring out of its datamodel, and
