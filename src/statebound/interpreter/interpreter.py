@@ -130,6 +130,7 @@ class Interpreter:
         self._needs_event = uses is None or "_event" in uses
         self._needs_iop = uses is None or "_ioprocessors" in uses
         self._needs_in = uses is None or "In" in uses
+        self._late = chart.binding == "late"
         self._events: dict[str, Event] = {}  # bare names: an Event is immutable, so one per name serves
         # Nothing can read or change the datamodel of a chart with no expression and no <data>.
         self._inert = not chart.expressions and not self._declared and chart.datamodel in ("python", "null")
@@ -299,9 +300,12 @@ class Interpreter:
             return pos, _spent(exc, name, pos.macrostep + 1, q.microstep_no, 0)
         except (EvaluationError, SerializationError):
             return None
+        initialized = pos.initialized
+        if self._late and not micro.entered.issubset(initialized):
+            initialized = tuple(sorted(micro.entered.union(initialized)))
         return make_position(self.chart, pos.session_id, RUNNING, micro.states, pos.history, packed,
                              pos.macrostep + 1, pos.send_counter, pos.ordinal, pos.invoke_counter,
-                             pos.invocations, pos.initialized, pos.parent, pos.invokeid, pos.timeouts,
+                             pos.invocations, initialized, pos.parent, pos.invokeid, pos.timeouts,
                              pos.routes, pos.ioprocessors, pos.callbacks, pos.invokers), tuple(q.effects)
 
     # ------------------------------------------------------------------ plumbing

@@ -11,7 +11,8 @@ A plan exists only when, for the transitions chosen:
 
 * no target is a history state and no exited state records history;
 * no exited or entered state has an ``<invoke>`` or a named timeout, no entered state is
-  final, and (late binding) none has ``<data>`` to initialise;
+  final, and (late binding) none has ``<data>`` to initialise (entered states are still
+  recorded as initialised, as ``enterStates`` does);
 * every action in the content that runs is an assign, log, if, foreach or script (no
   event is raised and no counter advances);
 * the new configuration has no eventless transition.
@@ -44,11 +45,12 @@ class Micro:
     :ivar entries: ``(state, its onentry blocks then its default-entry content)`` in entry order.
     :ivar states: the configuration it ends in.
     :ivar inert: no block runs at all.
+    :ivar entered: the states it enters (late binding records them as initialised).
     :ivar flat: every ``(action, owner)`` in order, for datamodels that never call ``In()``
         (then the configuration need not be kept current along the way).
     """
 
-    __slots__ = ("bodies", "entries", "exits", "flat", "inert", "states")
+    __slots__ = ("bodies", "entered", "entries", "exits", "flat", "inert", "states")
 
     def __init__(self, exits: tuple[tuple[int, tuple[CBlock, ...]], ...], bodies: tuple[tuple[CBlock, int], ...],
                  entries: tuple[tuple[int, tuple[CBlock, ...]], ...], states: tuple[int, ...]) -> None:
@@ -57,6 +59,7 @@ class Micro:
         self.entries = entries
         self.states = states
         self.inert = not any(b for _, b in exits) and not bodies and not any(b for _, b in entries)
+        self.entered = frozenset(s for s, _ in entries)
         self.flat = (*((run, s) for s, blocks in exits for block in blocks for run in block),
                      *((run, s) for block, s in bodies for run in block),
                      *((run, s) for s, blocks in entries for block in blocks for run in block))
@@ -121,7 +124,8 @@ def plan_step(m: Machine, name: str) -> tuple[int, ...] | Plan | None:
     micro = micro_step(m, m._pick(chains))
     if micro is None:
         return None
-    return micro.states if micro.inert else Plan(None, micro)
+    # late binding records every entered state as initialised: that needs the position
+    return micro.states if micro.inert and not (m.late and micro.entered) else Plan(None, micro)
 
 
 def micro_step(m: Machine, enabled: list[Transition]) -> Micro | None:
