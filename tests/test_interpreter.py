@@ -784,3 +784,17 @@ def test_start_data_is_checked_before_anything_runs():
         it.start(data={"tags": {1, 2}})
     pos, _ = it.start(data={"extra": [1, 2]})
     assert pos.datamodel["extra"] == [1, 2]
+
+
+def test_fast_constructors_build_what_the_dataclasses_build():
+    from dataclasses import fields
+
+    from statebound.interpreter.values import new_event, new_log
+    e = new_event("x", {"k": 1}, "internal", "s1", "#_scxml_o", "t")
+    assert e == sb.Event("x", {"k": 1}, "internal", "s1", "#_scxml_o", "t")
+    assert all(hasattr(e, f.name) for f in fields(sb.Event))  # every slot set, defaults included
+    assert new_event("y") == sb.Event("y") and hash(new_event("y")) == hash(sb.Event("y"))
+    log = new_log(3, 2, 1, "lbl", [1])
+    assert log == Log(label="lbl", value=[1], macrostep=3, microstep=2, round=1)
+    with pytest.raises(AttributeError):
+        log.label = "other"  # type: ignore[misc]
