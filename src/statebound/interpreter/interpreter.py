@@ -22,7 +22,7 @@ from ..exceptions import (BudgetExceeded, ChartIdentityMismatch, EvaluationError
 from .algorithm import Machine, OutOfRounds, _put
 from .program import program_for
 from .state import CANCELLED, DONE, RUNNING, Position, advance, make_position
-from .static import Micro, Plan, Quick, choose, micro_step, plan_step, run_micro
+from .static import Plan, Quick, choose, micro_step, plan_step, run_micro
 from .values import new_event
 
 __all__ = ["Interpreter"]
@@ -214,10 +214,10 @@ class Interpreter:
         if static and self._static_path:
             fast, budget = self._static_lookup(position.states, name, budget)
             if fast is not None:
-                if isinstance(fast, tuple):
+                if type(fast) is tuple:
                     return advance(position, fast), ()
                 budget = self._budget(budget)
-                done = self._run_plan(fast, position, name, ev, budget)
+                done = self._run_plan(fast, position, name, ev, budget)  # type: ignore[arg-type]
                 if done is not None:
                     return done
         if ev is None:
@@ -276,7 +276,7 @@ class Interpreter:
     def _run_plan(self, plan: Plan, pos: Position, name: str, ev: Event | None,
                   budget: Budget) -> tuple[Position, tuple[Effect, ...]] | None:
         """Drive ``pos`` along ``plan``; ``None`` when the full macrostep must run instead."""
-        config = set(pos.states)
+        config = set(pos.states) if self._needs_in else None  # only In() reads it
         ctx = self._open(pos, config, None, budget)
         if self._needs_event:
             ctx.set_event(ev if ev is not None else new_event(name))
@@ -286,15 +286,15 @@ class Interpreter:
                 micro = plan.fixed
             else:
                 picked = choose(plan, self._prog, ctx)
-                micro = plan.micros.get(picked, _UNKNOWN)  # type: ignore[arg-type]
-                if micro is _UNKNOWN:
+                if picked in plan.micros:
+                    micro = plan.micros[picked]
+                else:
                     transitions = self.chart.transitions
                     micro = micro_step(self._scratch(pos.states, budget), [transitions[i] for i in picked])
                     _put(plan.micros, picked, micro)
-                if micro is None:
-                    return None
-            assert isinstance(micro, Micro)
-            run_micro(micro, q, config if self._needs_in else None)
+            if micro is None:
+                return None
+            run_micro(micro, q, config)
             packed = pos.data if ctx is _INERT else pack_vars(ctx.variables())
         except BudgetSpent as exc:
             return pos, _spent(exc, name, pos.macrostep + 1, q.microstep_no, 0)
@@ -316,7 +316,7 @@ class Interpreter:
             iop.update(pos.ioprocessors)
         return iop
 
-    def _open(self, pos: Position, config: set[int], variables: dict[str, Any] | None,
+    def _open(self, pos: Position, config: set[int] | None, variables: dict[str, Any] | None,
               budget: Budget | None) -> Any:
         """Open the datamodel for a drive from ``pos`` (``variables`` at start)."""
         if self._inert and variables is None:
@@ -326,7 +326,7 @@ class Interpreter:
 
             def in_state(state_id: str) -> bool:
                 i = by_id.get(state_id)
-                return i is not None and i in config
+                return i is not None and i in config  # type: ignore[operator]
         else:
             in_state = _never_asked
         return self._dm.open(unpack_vars(pos.data) if variables is None else variables, pos.session_id,
