@@ -204,20 +204,22 @@ class Interpreter:
                 raise ValueError("an event needs a non-empty name")
             ev = None
             name = event
-            static = not position.timeouts and \
+            static = self._static_path and not position.timeouts and \
                 (not position.invocations or not any(i.autoforward for i in position.invocations))
         else:
             ev = _as_event(event)
             name = ev.name
-            static = not ev.is_cancel and not position.timeouts and \
+            static = self._static_path and not ev.is_cancel and not position.timeouts and \
                 (not position.invocations or self._quiet_invocations(position, ev))
-        if static and self._static_path:
-            fast, budget = self._static_lookup(position.states, name, budget)
+        if static:
+            fast = self._static.get((position.states, name), _UNKNOWN)
+            if fast is _UNKNOWN:
+                fast, budget = self._static_lookup(position.states, name, budget)
             if fast is not None:
                 if type(fast) is tuple:
                     return advance(position, fast), ()
                 budget = self._budget(budget)
-                done = self._run_plan(fast, position, name, ev, budget)  # type: ignore[arg-type]
+                done = self._run_plan(fast, position, name, ev, budget)
                 if done is not None:
                     return done
         if ev is None:
