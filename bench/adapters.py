@@ -10,8 +10,8 @@ Engines and what they execute
 statebound          ``sb.Chart.from_scxml(text)``, ``sb.Interpreter(chart)``,
                     ``interp.start(session_id=...)``, then ``pos, eff = interp.drive(pos, "next")``.
                     ``<log>`` becomes a ``Log`` effect in the returned tuple (no I/O).
-sb no-cache         diagnostic: the same, with drive's static fast path (a cached
-                    ``(configuration, event) -> configuration`` lookup) switched off; see
+sb no-cache         diagnostic: the same with ``Interpreter(chart, static_path=False)``: the
+                    full W3C macrostep on every drive, no per-chart plans; see
                     :func:`statebound_full`. Not a peer, not in the ratios.
 python-statemachine ``statemachine.io.load(text, format="scxml")`` (3.2.2, default
                     ``trusted=False``: the restricted AST evaluator) gives a ``StateChart``
@@ -90,8 +90,9 @@ def statebound_version() -> str:
 
 
 class _AlwaysMiss(dict):
-    """Stands in for the interpreter's static-macrostep cache and never answers, so each
-    drive takes the full W3C macrostep (diagnostic only, see `statebound_full`)."""
+    """Stands in for the static-path cache of a statebound from before ``static_path=``
+    (the baseline of the macrostep section) and never answers, so each drive takes the
+    full W3C macrostep."""
 
     def get(self, key, default=None):
         return None
@@ -101,11 +102,7 @@ def statebound(workload: str, *, full_path: bool = False) -> Runner:
     import statebound as sb
 
     chart = sb.Chart.from_scxml(scxml_text(workload), name=workload)
-    interp = sb.Interpreter(chart)
-    if full_path:
-        if not isinstance(getattr(interp, "_static", None), dict):
-            raise RuntimeError("this statebound has no static fast path to switch off")
-        interp._static = _AlwaysMiss()
+    interp = sb.Interpreter(chart, static_path=not full_path)
     pos, _effects = interp.start(session_id=f"bench-{workload}")
     box = [pos]
     drive = interp.drive
@@ -125,14 +122,12 @@ def statebound(workload: str, *, full_path: bool = False) -> Runner:
 
 
 def statebound_full(workload: str) -> Runner:
-    """Diagnostic: statebound with its static fast path switched off.
+    """Diagnostic: statebound with its static path switched off.
 
-    ``Interpreter.drive`` answers a macrostep that nothing can vary (no conds, no
-    executable content, no data, history, invokes or timeouts: flat, nested and parallel
-    here) from a per-chart cache of ``(configuration, event) -> configuration``. This
-    runner swaps that cache (the private ``Interpreter._static``) for one that never
-    answers, so the column shows what the full W3C macrostep costs on the same chart.
-    Not a public API; if the attribute goes away the column prints ``-``.
+    ``Interpreter.drive`` answers a macrostep whose shape does not depend on data from a
+    per-chart plan (all four charts here; on ``realistic`` the conditions and content
+    still run, compiled). ``Interpreter(chart, static_path=False)`` runs the full W3C
+    macrostep every time, so the column shows what that costs on the same chart.
     """
     return statebound(workload, full_path=True)
 
@@ -310,7 +305,7 @@ def sismic(workload: str) -> Runner:
 #: engine name -> (version probe, factory, workloads it runs)
 ENGINES: dict[str, tuple[Callable[[], str], Callable[[str], Runner], tuple[str, ...]]] = {
     "statebound": (statebound_version, statebound, WORKLOADS),
-    "sb no-cache": (statebound_version, statebound_full, ("flat", "nested", "parallel")),
+    "sb no-cache": (statebound_version, statebound_full, WORKLOADS),
     "python-statemachine": (psm_version, python_statemachine, WORKLOADS),
     "transitions": (transitions_version, transitions_, WORKLOADS),
     "sismic": (sismic_version, sismic, WORKLOADS),

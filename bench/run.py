@@ -92,6 +92,7 @@ class Ctx:
     quick: bool = False
     repeats: int = 5
     target_s: float = 0.5      # wall time of one timed sample
+    baseline: str = ""         # git revision the macrostep section compares against ("" = its default)
     notes: list[str] = field(default_factory=list)
     samples: dict[str, Any] = field(default_factory=dict)   # for --json
 
@@ -263,8 +264,9 @@ def interpreter(ctx: Ctx) -> list[dict]:
              "sismic run hand-built equivalents (no W3C semantics: no event queue, no conflict "
              "resolution, no datamodel isolation) and are shown there for information")
     ctx.note("max spread = (max - min) / median of the repeats, worst engine in the row")
-    ctx.note("sb no-cache = statebound with drive's static fast path switched off (diagnostic: "
-             "the full W3C macrostep on a chart the cache would answer; not in the ratios)")
+    ctx.note("sb no-cache = Interpreter(chart, static_path=False) (diagnostic: the full W3C macrostep "
+             "on every drive; not in the ratios). The macrostep section compares both with the "
+             "interpreter before issue 15")
     return rows
 
 
@@ -303,6 +305,7 @@ __import__("bench_batch").register(section)  # section batch: group commit (benc
 __import__("bench_outbox").register(section)  # section outbox (bench/bench_outbox.py)
 __import__("bench_dynamo").register(section)  # section dynamodb, on moto (bench/bench_dynamo.py)
 __import__("bench_ecma").register(section)  # section ecmascript (bench/bench_ecma.py)
+__import__("bench_macrostep").register(section)  # section macrostep, now vs today (bench/bench_macrostep.py)
 
 
 # ----------------------------------------------------------------------------- main
@@ -316,6 +319,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeats", type=int, help="override the number of repeats")
     ap.add_argument("--target", type=float, help="override seconds per timed sample")
     ap.add_argument("--debug", action="store_true", help="print tracebacks of failed cells")
+    ap.add_argument("--baseline", metavar="REV", default="",
+                    help="git revision the macrostep section compares against ('none' to skip)")
     args = ap.parse_args(argv)
 
     if args.list:
@@ -340,7 +345,7 @@ def main(argv: list[str] | None = None) -> int:
     failed = False
     for name in names:
         sec = SECTIONS[name]
-        ctx = Ctx(quick=args.quick, repeats=repeats, target_s=target)
+        ctx = Ctx(quick=args.quick, repeats=repeats, target_s=target, baseline=args.baseline)
         if args.debug:
             ctx.samples["_debug"] = True
         t0 = time.perf_counter()

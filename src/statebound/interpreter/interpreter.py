@@ -106,7 +106,7 @@ class Interpreter:
     :param max_memory_bytes: bytes of values one drive may bring out of its datamodel, and
         the ECMAScript heap cap (``None``: none); exhausted, ``reason="memory"``.
     :param static_path: answer the macrosteps whose shape does not depend on data from a
-        per-chart plan (the default; see ``docs/adr/0019-static-path-plans.md``). ``False``
+        per-chart plan (the default; see ``docs/adr/0020-static-path-plans.md``). ``False``
         runs the full W3C macrostep every time: the same positions and effects, slower;
         for diagnosis and benchmarks.
     """
