@@ -262,3 +262,21 @@ def test_static_path_off_never_consults_the_plans():
         pos, _ = it.drive(pos, "next")
     assert _machines_built[0] == before + 3
     assert not chart._caches.get("static")
+
+
+def test_a_plan_that_keeps_failing_is_dropped_for_the_full_path():
+    from statebound.interpreter.interpreter import ABANDON_LIMIT
+    chart = sb.Chart.from_scxml(f"""<scxml {NS} datamodel="python"><datamodel><data id="n" expr="0"/></datamodel>
+      <state id="a"><transition event="poke"><assign location="n" expr="n // 0"/></transition></state></scxml>""")
+    it = sb.Interpreter(chart)
+    pos, _ = it.start()
+    key = (pos.states, "poke")
+    for _ in range(ABANDON_LIMIT - 1):
+        pos, _ = it.drive(pos, "poke")
+    assert isinstance(chart._caches["static"][key], Plan)  # still tried: the failure may pass
+    pos, effects = it.drive(pos, "poke")
+    assert chart._caches["static"][key] is None  # now straight to the full macrostep
+    before = _machines_built[0]
+    pos, effects = it.drive(pos, "poke")
+    assert _machines_built[0] == before + 1
+    assert [e.label for e in effects] == ["error.execution"]  # and it still raises the error

@@ -29,6 +29,8 @@ __all__ = ["Interpreter"]
 
 
 _UNKNOWN = object()
+#: Plans abandoned this many times in a row are replaced by "take the full path".
+ABANDON_LIMIT = 8
 
 
 def _check_start_data(data: Mapping[str, Any] | None, datamodel: str,
@@ -301,7 +303,10 @@ class Interpreter:
         except BudgetSpent as exc:
             return pos, _spent(exc, name, pos.macrostep + 1, q.microstep_no, 0)
         except (EvaluationError, SerializationError):
+            self._abandon(plan, pos.states, name)
             return None
+        if plan.misses:
+            plan.misses = 0
         initialized = pos.initialized
         if self._late and not micro.entered.issubset(initialized):
             initialized = tuple(sorted(micro.entered.union(initialized)))
@@ -309,6 +314,13 @@ class Interpreter:
                              pos.macrostep + 1, pos.send_counter, pos.ordinal, pos.invoke_counter,
                              pos.invocations, initialized, pos.parent, pos.invokeid, pos.timeouts,
                              pos.routes, pos.ioprocessors, pos.callbacks, pos.invokers), tuple(q.effects)
+
+    def _abandon(self, plan: Plan, states: tuple[int, ...], name: str) -> None:
+        """A plan stepped aside: after ``ABANDON_LIMIT`` in a row it is dropped, so a hot
+        transition whose content keeps failing does not pay for two paths on every drive."""
+        plan.misses += 1
+        if plan.misses >= ABANDON_LIMIT:
+            self._static[(states, name)] = None
 
     # ------------------------------------------------------------------ plumbing
     def _ioprocessors(self, pos: Position) -> dict[str, Any]:

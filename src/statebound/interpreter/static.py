@@ -72,14 +72,16 @@ class Plan:
         the one microstep is ``fixed``).
     :ivar micros: chosen transition indices -> :class:`Micro`, or ``None`` when that
         choice must take the full path (filled as choices are seen, bounded).
+    :ivar misses: how many drives in a row abandoned it (see ``Interpreter._abandon``).
     """
 
-    __slots__ = ("chains", "fixed", "micros")
+    __slots__ = ("chains", "fixed", "micros", "misses")
 
     def __init__(self, chains: tuple[tuple[Transition, ...], ...] | None, fixed: Micro | None) -> None:
         self.chains = chains
         self.fixed = fixed
         self.micros: dict[tuple[int, ...], Micro | None] = {}
+        self.misses = 0
 
 
 class Quick(ContentMixin):
