@@ -466,7 +466,7 @@ class PythonContext:
     Only the system variables the chart names are bound (see :attr:`PythonDatamodel.uses`).
     """
 
-    __slots__ = ("_dm", "_system", "budget", "ns")
+    __slots__ = ("_dm", "budget", "ns")
 
     def __init__(self, dm: PythonDatamodel, variables: dict[str, Any], session_id: str, name: str,
                  ioprocessors: Mapping[str, Any], in_state: Callable[[str], bool],
@@ -486,7 +486,6 @@ class PythonContext:
             if "_event" in uses:
                 ns["_event"] = None
         self.ns = ns
-        self._system = (session_id, name, ioprocessors, in_state)
 
     def _traced(self, run: Callable[..., Any], c: _Repeating) -> Any:
         """``eval``/``exec`` code that can loop, under the budget's tracer.
@@ -548,13 +547,12 @@ class PythonContext:
             raise EvaluationError(f"<script> failed: {type(exc).__name__}: {exc}") from None
         finally:
             ns["__builtins__"] = SAFE_BUILTINS
-        sid, name, bound_iop, bound_in = self._system
-        uses = self._dm.uses  # an unbound system variable must still be absent
-        iop = bound_iop if "_ioprocessors" in uses else None
-        in_state = bound_in if "In" in uses else None
+        # what the system variables held before the script is what they were bound to: an
+        # <assign> cannot change them, and a script that did was rolled back
         problem = None
-        if ns.get("_sessionid") != sid or ns.get("_name") != name or ns.get("_ioprocessors") is not iop \
-                or ns.get("In") is not in_state or ns.get("_event") is not before.get("_event"):
+        if ns.get("_sessionid") != before.get("_sessionid") or ns.get("_name") != before.get("_name") \
+                or ns.get("_ioprocessors") is not before.get("_ioprocessors") \
+                or ns.get("In") is not before.get("In") or ns.get("_event") is not before.get("_event"):
             problem = "<script> may not assign system variables"
         else:
             for k, v in ns.items():
