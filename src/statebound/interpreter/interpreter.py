@@ -137,7 +137,8 @@ class Interpreter:
         # Nothing can read or change the datamodel of a chart with no expression and no <data>.
         self._inert = not chart.expressions and not self._declared and chart.datamodel in ("python", "null")
         self._static_path = static_path
-        self._static: dict[tuple[tuple[int, ...], str], Any] = chart._caches.setdefault("static", {})
+        self._static: dict[tuple[tuple[int, ...], str], Any] = \
+            chart._caches.setdefault("static", {}) if static_path else {}
 
     # ------------------------------------------------------------------ verbs
     def start(self, session_id: str = "session", data: Mapping[str, Any] | None = None, *,
@@ -206,20 +207,23 @@ class Interpreter:
                 raise ValueError("an event needs a non-empty name")
             ev = None
             name = event
-            static = self._static_path and not position.timeouts and \
+            static = not position.timeouts and \
                 (not position.invocations or not any(i.autoforward for i in position.invocations))
         else:
             ev = _as_event(event)
             name = ev.name
-            static = self._static_path and not ev.is_cancel and not position.timeouts and \
+            static = not ev.is_cancel and not position.timeouts and \
                 (not position.invocations or self._quiet_invocations(position, ev))
         if static:
+            # with static_path=False nothing is ever planned, so this lookup never answers
             fast = self._static.get((position.states, name), _UNKNOWN)
-            if fast is _UNKNOWN:
+            if type(fast) is tuple:
+                return advance(position, fast), ()
+            if fast is _UNKNOWN and self._static_path:
                 fast, budget = self._static_lookup(position.states, name, budget)
-            if fast is not None:
                 if type(fast) is tuple:
                     return advance(position, fast), ()
+            if fast is not None and fast is not _UNKNOWN:
                 budget = self._budget(budget)
                 done = self._run_plan(fast, position, name, ev, budget)
                 if done is not None:
