@@ -92,11 +92,10 @@ class Machine(ContentMixin):
 
     __slots__ = ("_key", "_stamp", "cache", "caller_context", "cancelled", "chart", "config", "ctx",
                  "current_event", "current_sendid", "effects", "final_config", "history", "idle_no",
-                 "initialized", "internal", "invocations", "invoke_counter", "invokers", "ioprocessors", "late",
-                 "macrostep_no",
-                 "max_rounds", "microstep_no", "ordinal", "ordinal_at_microstep", "parent", "prog", "round_no",
-                 "routes", "running", "send_counter", "session_id", "start_data", "states", "states_to_invoke",
-                 "timeouts")
+                 "initialized", "internal", "invocations", "invoke_counter", "invokers", "ioprocessors",
+                 "late", "macrostep_no", "max_rounds", "microstep_no", "ordinal", "ordinal_at_microstep",
+                 "parent", "prog", "round_no", "routes", "running", "send_counter", "session_id",
+                 "start_data", "states", "states_to_invoke", "timeouts")
 
     def __init__(self, chart: Chart, prog: Program, ctx: Any, config: set[int], pos: Any, macrostep: int,
                  max_rounds: int, caller_context: Any, budget: Budget | None = None) -> None:
