@@ -280,3 +280,72 @@ def test_a_plan_that_keeps_failing_is_dropped_for_the_full_path():
     pos, effects = it.drive(pos, "poke")
     assert _machines_built[0] == before + 1
     assert [e.label for e in effects] == ["error.execution"]  # and it still raises the error
+
+
+# --------------------------------------------------------------------------- the CPU budget on the static path
+
+def _burn_cpu(seconds: float) -> None:
+    import time
+    end = time.thread_time() + seconds
+    while time.thread_time() < end:
+        pass
+
+
+@pytest.mark.parametrize("where", [
+    '<transition event="go" cond="sum(1 for _ in iter(int, 1)) > 0" target="b"/>',
+    '<transition event="go" target="b"><assign location="n" expr="[i for i in iter(int, 1)]"/></transition>',
+])
+@pytest.mark.parametrize("static_path", [True, False])
+def test_a_loop_in_planned_content_is_stopped_by_the_budget(where, static_path):
+    chart = sb.Chart.from_scxml(f"""<scxml {NS} datamodel="python"><datamodel><data id="n" expr="0"/></datamodel>
+      <state id="a">{where}</state><state id="b"/></scxml>""")
+    it = sb.Interpreter(chart, max_cpu_ms=200, static_path=static_path)
+    pos, _ = it.start()
+    new, effects = it.drive(pos, "go")
+    assert new == pos
+    assert [(type(e).__name__, e.reason) for e in effects] == [("BudgetExhausted", "cpu")]
+    if static_path:
+        assert isinstance(chart._caches["static"][(pos.states, "go")], Plan)
+
+
+def test_a_budget_given_to_a_planned_drive_is_checked():
+    from statebound.datamodel.budget import Budget
+    assigns = '<assign location="n" expr="n + 1"/>' * 20  # more work than one check's worth
+    chart = sb.Chart.from_scxml(f"""<scxml {NS} datamodel="python"><datamodel><data id="n" expr="0"/></datamodel>
+      <state id="a"><transition event="go" target="b">{assigns}</transition></state><state id="b"/></scxml>""")
+    it = sb.Interpreter(chart)
+    pos, _ = it.start()
+    fresh, _ = it.drive(pos, "go", budget=Budget(cpu_ms=5_000))
+    assert fresh.datamodel["n"] == 20
+    spent = Budget(cpu_ms=1).start()
+    _burn_cpu(0.01)
+    new, effects = it.drive(pos, "go", budget=spent)
+    assert new == pos and [e.reason for e in effects] == ["cpu"]
+
+
+def test_a_short_drive_makes_no_budget_of_its_own(monkeypatch):
+    from statebound.datamodel import budget as budget_module
+    made = []
+    unchecked = budget_module.Budget.unchecked.__func__  # type: ignore[attr-defined]
+
+    def counting(cls, *args):
+        made.append(args)
+        return unchecked(cls, *args)
+
+    monkeypatch.setattr(budget_module.Budget, "unchecked", classmethod(counting))
+    for static_path in (True, False):
+        it = sb.Interpreter(sb.Chart.from_scxml(REALISTIC), static_path=static_path)
+        pos, _ = it.start()
+        for _ in range(4):
+            pos, _ = it.drive(pos, "next")
+        made.clear()
+        for _ in range(6):
+            pos, _ = it.drive(pos, "next")
+        # nothing could loop and no check fell due: a budget nobody would read is not made
+        assert made == [], static_path
+    # a chart whose code can loop gets its budget up front, for the tracer
+    loops = sb.Interpreter(sb.Chart.from_scxml(REALISTIC.replace('expr="n + 1"', 'expr="n + sum(1 for _ in [1])"')))
+    pos, _ = loops.start()
+    made.clear()
+    loops.drive(pos, "next")
+    assert made

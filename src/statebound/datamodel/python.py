@@ -329,6 +329,13 @@ class PythonDatamodel:
         """``f(ctx, value)``: assign to ``location`` with every check of :meth:`PythonContext.assign`."""
         return self._assign[location.id]
 
+    def repeats(self, expr: Expr) -> bool:
+        """Whether ``expr`` compiled to code that can loop (it then runs under the budget's tracer)."""
+        c = self.code[expr.id]
+        if type(c) is tuple:
+            return type(c[2]) is _Repeating or type(c[3]) is _Repeating
+        return type(c) is _Repeating
+
     def assignment(self, location: Expr, expr: Expr) -> Callable[[PythonContext], None] | None:
         """``f(ctx)``: evaluate ``expr`` and assign it to ``location``, in one closure.
 

@@ -98,7 +98,8 @@ class Machine(ContentMixin):
                  "start_data", "states", "states_to_invoke", "timeouts")
 
     def __init__(self, chart: Chart, prog: Program, ctx: Any, config: set[int], pos: Any, macrostep: int,
-                 max_rounds: int, caller_context: Any, budget: Budget | None = None) -> None:
+                 max_rounds: int, caller_context: Any, budget: Budget | None = None,
+                 new_budget: Any = None, max_items: int | None = None) -> None:
         self.chart = chart
         self.states: tuple[StateNode, ...] = chart.states
         self.prog = prog
@@ -122,8 +123,11 @@ class Machine(ContentMixin):
         self.max_rounds = max_rounds
         self.caller_context = caller_context
         self.budget = budget
+        self.new_budget = new_budget  # makes the drive's own budget at its first check, when it has none
         self.ticks = _TICKS     # work left before the next read of the budget's clock
-        self.max_items = budget.max_items if budget is not None and budget.max_items is not None else _NO_LIMIT
+        if budget is not None:
+            max_items = budget.max_items
+        self.max_items = _NO_LIMIT if max_items is None else max_items
         self.internal: deque[Event] = deque()
         self.effects: list[Any] = []
         self.states_to_invoke: set[int] = set()

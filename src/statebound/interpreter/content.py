@@ -42,7 +42,7 @@ _NO_LIMIT = 1 << 62
 class ContentMixin:
     """Executable content for :class:`~statebound.interpreter.algorithm.Machine`."""
 
-    __slots__ = ("budget", "max_items", "ticks")
+    __slots__ = ("budget", "max_items", "new_budget", "ticks")
 
     # attributes provided by Machine (declared for type checkers)
     chart: Any
@@ -56,6 +56,7 @@ class ContentMixin:
     _stamp: Any
     budget: Any
     max_items: int
+    new_budget: Any
     ticks: int
 
     # ------------------------------------------------------------------ the budget
@@ -66,10 +67,18 @@ class ContentMixin:
             self.tock()
 
     def tock(self) -> None:
-        """Check the budget now; ``BudgetSpent`` if it has run out."""
+        """Check the budget now; ``BudgetSpent`` if it has run out.
+
+        A drive given no budget makes its own here, at its first check (``new_budget``):
+        its clock would start at that check anyway, and most drives never reach one.
+        """
         self.ticks = _TICKS
-        if self.budget is not None:
-            self.budget.check()
+        budget = self.budget
+        if budget is None:
+            if self.new_budget is None:
+                return
+            budget = self.budget = self.new_budget(None)
+        budget.check()
 
     def check_items(self) -> None:
         """Spend a tick, and bound the events and effects this drive holds (its memory budget).
@@ -81,8 +90,10 @@ class ContentMixin:
         if self.ticks <= 0:
             self.tock()
         if len(self.internal) + len(self.effects) > self.max_items:
-            assert self.budget is not None
-            self.budget.check_items(len(self.internal) + len(self.effects))
+            if self.budget is None and self.new_budget is not None:
+                self.budget = self.new_budget(None)
+            if self.budget is not None:
+                self.budget.check_items(len(self.internal) + len(self.effects))
 
     # ------------------------------------------------------------------ helpers
     def stamp(self) -> dict[str, int]:
@@ -142,7 +153,9 @@ class ContentMixin:
             if a.index is not None:
                 ctx.assign(a.index, i)
             for run in body:
-                self.tick()
+                self.ticks -= 1
+                if self.ticks <= 0:
+                    self.tock()
                 run(self, owner)
 
     # ------------------------------------------------------------------ data

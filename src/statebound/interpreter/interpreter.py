@@ -14,7 +14,7 @@ from typing import Any
 from ..chart.model import Chart
 from ..datamodel.base import (SYSTEM_VARIABLES, check_serializable, check_stored, datamodel_for, pack_vars,
                               unpack_vars)
-from ..datamodel.budget import DEFAULT_CPU_MS, DEFAULT_MEMORY_BYTES, Budget, BudgetSpent
+from ..datamodel.budget import DEFAULT_CPU_MS, DEFAULT_MEMORY_BYTES, ITEM_BYTES, Budget, BudgetSpent
 from ..effects import BudgetExhausted, Effect
 from ..events import SCXML_PROCESSOR, Event
 from ..exceptions import (BudgetExceeded, ChartIdentityMismatch, EvaluationError, NotRunning,
@@ -133,6 +133,12 @@ class Interpreter:
         self._needs_iop = uses is None or "_ioprocessors" in uses
         self._needs_in = uses is None or "In" in uses
         self._late = chart.binding == "late"
+        # a datamodel that can say which of its code loops: its straight-line code needs no budget
+        repeats = getattr(self._dm, "repeats", None)
+        self._light = uses is not None and repeats is not None
+        # ...and a chart none of whose code loops needs the budget only when a check is due
+        self._loops = repeats is None or any(repeats(e) for e in chart.expressions)
+        self._max_items = None if max_memory_bytes is None else max_memory_bytes // ITEM_BYTES
         self._events: dict[str, Event] = {}  # bare names: an Event is immutable, so one per name serves
         # Nothing can read or change the datamodel of a chart with no expression and no <data>.
         self._inert = not chart.expressions and not self._declared and chart.datamodel in ("python", "null")
@@ -224,7 +230,6 @@ class Interpreter:
                 if type(fast) is tuple:
                     return advance(position, fast), ()
             if fast is not None and fast is not _UNKNOWN:
-                budget = self._budget(budget)
                 done = self._run_plan(fast, position, name, ev, budget)
                 if done is not None:
                     return done
@@ -233,7 +238,8 @@ class Interpreter:
             if ev is None:
                 ev = new_event(name)
                 _put(self._events, name, ev)
-        budget = self._budget(budget)
+        if budget is not None or self._loops:
+            budget = self._budget(budget)
         m = self._machine(position, None, caller_context, macrostep=position.macrostep + 1, budget=budget)
         try:
             m.process_external(ev)
@@ -282,13 +288,22 @@ class Interpreter:
                        0, self.max_rounds, None, budget)
 
     def _run_plan(self, plan: Plan, pos: Position, name: str, ev: Event | None,
-                  budget: Budget) -> tuple[Position, tuple[Effect, ...]] | None:
-        """Drive ``pos`` along ``plan``; ``None`` when the full macrostep must run instead."""
+                  budget: Budget | None) -> tuple[Position, tuple[Effect, ...]] | None:
+        """Drive ``pos`` along ``plan``; ``None`` when the full macrostep must run instead.
+
+        The drive's own budget (none was given) is made only when something needs it: code
+        that can loop, or a check (see :class:`~statebound.interpreter.static.Quick`).
+        """
+        if budget is None:
+            if plan.loops or not self._light:
+                budget = self._budget(None)
+        else:
+            budget = budget.start()
         config = set(pos.states) if self._needs_in else None  # only In() reads it
         ctx = self._open(pos, config, None, budget)
         if self._needs_event:
             ctx.set_event(ev if ev is not None else new_event(name))
-        q = Quick(ctx, pos.macrostep + 1, budget)
+        q = Quick(ctx, pos.macrostep + 1, budget, self._budget, self._max_items)
         try:
             if plan.chains is None:
                 micro = plan.fixed
@@ -297,11 +312,15 @@ class Interpreter:
                 if picked in plan.micros:
                     micro = plan.micros[picked]
                 else:
+                    if q.budget is None:
+                        q.budget = self._budget(None)
                     transitions = self.chart.transitions
-                    micro = micro_step(self._scratch(pos.states, budget), [transitions[i] for i in picked])
+                    micro = micro_step(self._scratch(pos.states, q.budget), [transitions[i] for i in picked])
                     _put(plan.micros, picked, micro)
             if micro is None:
                 return None
+            if micro.cost is None and q.budget is None:  # content that can loop runs under the tracer
+                q.budget = ctx.budget = self._budget(None)
             run_micro(micro, q, config)
             packed = pos.data if ctx is _INERT else pack_vars(ctx.variables())
         except BudgetSpent as exc:
@@ -355,7 +374,7 @@ class Interpreter:
                  macrostep: int, budget: Budget | None = None) -> Machine:
         config = set(pos.states)
         return Machine(self.chart, self._prog, self._open(pos, config, variables, budget), config, pos, macrostep,
-                       self.max_rounds, caller_context, budget)
+                       self.max_rounds, caller_context, budget, self._budget, self._max_items)
 
     def _settle_data(self, m: Machine, before: dict[str, Any] | None, before_blob: bytes = b"") -> bytes:
         """Encode the datamodel; a value made unstorable in place becomes ``error.execution``.

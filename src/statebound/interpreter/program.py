@@ -45,7 +45,8 @@ class Program:
     :ivar cond: per transition index, its compiled condition or ``None``.
     """
 
-    __slots__ = ("_assigner", "_assignment", "_blocks", "_condition", "_evaluator", "cond", "content", "onentry", "onexit")
+    __slots__ = ("_assigner", "_assignment", "_blocks", "_condition", "_evaluator", "_repeats", "cond", "content",
+                 "onentry", "onexit")
 
     def __init__(self, chart: Chart, dm: Any) -> None:
         self._evaluator: Callable[[Expr], Callable[[Any], Any]] = getattr(dm, "evaluator", None) or _ctx_evaluator
@@ -53,6 +54,7 @@ class Program:
         self._assigner: Callable[[Expr], Callable[[Any, Any], None]] = getattr(dm, "assigner", None) or _ctx_assigner
         self._assignment: Callable[[Expr, Expr], Callable[[Any], None] | None] | None = \
             getattr(dm, "assignment", None)
+        self._repeats: Callable[[Expr], bool] | None = getattr(dm, "repeats", None)
         # keyed by id(): a chart's blocks live as long as the chart, which holds this program
         self._blocks: dict[int, CBlock] = {}
         self.onentry = tuple(tuple(self.block(b) for b in s.onentry) for s in chart.states)
@@ -66,6 +68,43 @@ class Program:
         if compiled is None:
             compiled = self._blocks[id(block)] = tuple(self._action(a) for a in block)
         return compiled
+
+    def cost(self, block: Block) -> int | None:
+        """The budget ticks running ``block`` spends at most (one per action, nested ones
+        included), or ``None`` when it can loop: a ``<foreach>``, code the datamodel says
+        can repeat, or a datamodel that cannot say."""
+        total = 0
+        for a in block:
+            c = self._cost(a)
+            if c is None:
+                return None
+            total += c
+        return total
+
+    def cond_loops(self, cond: Expr) -> bool:
+        """Whether evaluating ``cond`` can loop (or the datamodel cannot say)."""
+        return self._repeats is None or self._repeats(cond)
+
+    def _cost(self, a: Action) -> int | None:
+        repeats = self._repeats
+        if repeats is None:
+            return None
+        t = type(a)
+        if t is Assign:
+            return None if repeats(a.location) or (a.expr is not None and repeats(a.expr)) else 1  # type: ignore[attr-defined]
+        if t is LogAction:
+            return None if a.expr is not None and repeats(a.expr) else 1  # type: ignore[attr-defined]
+        if t is Script:
+            return None if repeats(a.code) else 1  # type: ignore[attr-defined]
+        if t is If:
+            total = 1
+            for cond, acts in a.branches:  # type: ignore[attr-defined]
+                inner = self.cost(acts)
+                if inner is None or (cond is not None and repeats(cond)):
+                    return None
+                total += inner
+            return total
+        return None  # foreach loops; the rest never takes the static path
 
     def _action(self, a: Action) -> Run:
         t = type(a)

@@ -26,6 +26,7 @@ condition is answered by the new configuration alone (a tuple), without the data
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from ..chart.model import Action, Foreach, If, Transition
@@ -48,12 +49,16 @@ class Micro:
     :ivar entered: the states it enters (late binding records them as initialised).
     :ivar flat: every ``(action, owner)`` in order, for datamodels that never call ``In()``
         (then the configuration need not be kept current along the way).
+    :ivar cost: the budget ticks it spends at most (the microstep's own, and one per action),
+        or ``None`` when some of its content can loop: then the budget is ticked as it runs.
     """
 
-    __slots__ = ("bodies", "entered", "entries", "exits", "flat", "inert", "states")
+    __slots__ = ("bodies", "cost", "entered", "entries", "exits", "flat", "inert", "states")
 
     def __init__(self, exits: tuple[tuple[int, tuple[CBlock, ...]], ...], bodies: tuple[tuple[CBlock, int], ...],
-                 entries: tuple[tuple[int, tuple[CBlock, ...]], ...], states: tuple[int, ...]) -> None:
+                 entries: tuple[tuple[int, tuple[CBlock, ...]], ...], states: tuple[int, ...],
+                 cost: int | None = 1) -> None:
+        self.cost = cost
         self.exits = exits
         self.bodies = bodies
         self.entries = entries
@@ -73,12 +78,15 @@ class Plan:
     :ivar micros: chosen transition indices -> :class:`Micro`, or ``None`` when that
         choice must take the full path (filled as choices are seen, bounded).
     :ivar misses: how many drives in a row abandoned it (see ``Interpreter._abandon``).
+    :ivar loops: some condition can loop (it then needs the drive's budget).
     """
 
-    __slots__ = ("chains", "fixed", "micros", "misses")
+    __slots__ = ("chains", "fixed", "loops", "micros", "misses")
 
-    def __init__(self, chains: tuple[tuple[Transition, ...], ...] | None, fixed: Micro | None) -> None:
+    def __init__(self, chains: tuple[tuple[Transition, ...], ...] | None, fixed: Micro | None,
+                 loops: bool = False) -> None:
         self.chains = chains
+        self.loops = loops
         self.fixed = fixed
         self.micros: dict[tuple[int, ...], Micro | None] = {}
         self.misses = 0
@@ -86,11 +94,16 @@ class Plan:
 
 class Quick(ContentMixin):
     """What compiled content sees on the static path: the datamodel, the effects, the stamp,
-    and the budget (ticked per action, as the full path does)."""
+    and the budget.
+
+    ``budget`` may be ``None`` until the first check needs it (see ``ContentMixin.tock``):
+    most planned macrosteps spend fewer ticks than a check takes.
+    """
 
     __slots__ = ("ctx", "effects", "internal", "macrostep_no", "microstep_no", "round_no")
 
-    def __init__(self, ctx: Any, macrostep: int, budget: Budget) -> None:
+    def __init__(self, ctx: Any, macrostep: int, budget: Budget | None,
+                 new_budget: Callable[[None], Budget], max_items: int | None) -> None:
         self.ctx = ctx
         self.effects: list[Any] = []
         self.internal = ()  # a planned macrostep raises no event
@@ -98,8 +111,11 @@ class Quick(ContentMixin):
         self.microstep_no = 1  # the one microstep of a planned macrostep
         self.round_no = 0
         self.budget = budget
+        self.new_budget = new_budget
         self.ticks = _TICKS
-        self.max_items = _NO_LIMIT if budget.max_items is None else budget.max_items
+        if budget is not None:
+            max_items = budget.max_items
+        self.max_items = _NO_LIMIT if max_items is None else max_items
 
 
 def _fast(block: tuple[Action, ...]) -> bool:
@@ -121,8 +137,9 @@ def plan_step(m: Machine, name: str) -> tuple[int, ...] | Plan | None:
     """
     states = m.config_key()
     chains = m._chains(states, name)
-    if any(t.cond is not None for chain in chains for t in chain):
-        return Plan(chains, None)
+    conds = [t.cond for chain in chains for t in chain if t.cond is not None]
+    if conds:
+        return Plan(chains, None, any(m.prog.cond_loops(c) for c in conds))
     micro = micro_step(m, m._pick(chains))
     if micro is None:
         return None
@@ -174,9 +191,16 @@ def micro_step(m: Machine, enabled: list[Transition]) -> Micro | None:
     new = tuple(sorted(m.config | set(to_enter)))
     if m._chains(new, None):
         return None
+    cost: int | None = 1  # the microstep's own check
+    for block in (*(b for s in exit_set for b in st[s].onexit), *(t.content for t in enabled),
+                  *(b for s, _ in entries for b in st[s].onentry),
+                  *(st[s].initial.content for s, _ in entries  # type: ignore[union-attr]
+                    if s in default_entry and st[s].initial is not None and st[s].initial.content)):  # type: ignore[union-attr]
+        c = prog.cost(block)
+        cost = None if c is None or cost is None else cost + c
     return Micro(tuple((s, prog.onexit[s]) for s in exit_set),
                  tuple((prog.content[t.index], t.source) for t in enabled if t.content),
-                 tuple(entries), new)
+                 tuple(entries), new, cost)
 
 
 def choose(plan: Plan, prog: Program, ctx: Any) -> tuple[int, ...]:
@@ -199,30 +223,49 @@ def choose(plan: Plan, prog: Program, ctx: Any) -> tuple[int, ...]:
 def run_micro(micro: Micro, q: Quick, config: set[int] | None) -> None:
     """Run a planned microstep, keeping ``config`` (what ``In()`` reads) as ``microstep`` would.
 
-    ``config`` is ``None`` when the datamodel never reads it.
+    ``config`` is ``None`` when the datamodel never reads it. The budget ticks the full path
+    spends one by one (the microstep's, one per action) are spent up front when the
+    content cannot loop, so the clock is read before the content runs rather than between
+    two of its actions.
+
     :raises EvaluationError: some content failed; the caller abandons the plan.
     """
+    if micro.cost is not None:
+        q.ticks -= micro.cost
+        if q.ticks <= 0:
+            q.tock()
+        if config is None:
+            for run, owner in micro.flat:
+                run(q, owner)
+            return
+        _run_structured(micro, q, config, tick=False)
+        return
     q.check_items()  # the microstep's own check, as ``Machine.microstep`` makes it
     if config is None:
         for run, owner in micro.flat:
-            q.ticks -= 1
-            if q.ticks <= 0:
-                q.tock()
+            q.tick()
             run(q, owner)
         return
+    _run_structured(micro, q, config, tick=True)
+
+
+def _run_structured(micro: Micro, q: Quick, config: set[int], tick: bool) -> None:
     for s, blocks in micro.exits:
         for block in blocks:
             for run in block:
-                q.tick()
+                if tick:
+                    q.tick()
                 run(q, s)
         config.discard(s)
     for block, owner in micro.bodies:
         for run in block:
-            q.tick()
+            if tick:
+                q.tick()
             run(q, owner)
     for s, blocks in micro.entries:
         config.add(s)
         for block in blocks:
             for run in block:
-                q.tick()
+                if tick:
+                    q.tick()
                 run(q, s)
