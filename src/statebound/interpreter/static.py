@@ -100,16 +100,18 @@ class Quick(ContentMixin):
     most planned macrosteps spend fewer ticks than a check takes.
     """
 
-    __slots__ = ("ctx", "effects", "internal", "macrostep_no", "microstep_no", "round_no")
+    __slots__ = ("ctx", "effects", "macrostep_no")
+
+    #: a planned macrostep raises no event, and is one microstep of round 0
+    internal: tuple[Any, ...] = ()
+    microstep_no = 1
+    round_no = 0
 
     def __init__(self, ctx: Any, macrostep: int, budget: Budget | None,
                  new_budget: Callable[[None], Budget], max_items: int | None) -> None:
         self.ctx = ctx
         self.effects: list[Any] = []
-        self.internal = ()  # a planned macrostep raises no event
         self.macrostep_no = macrostep
-        self.microstep_no = 1  # the one microstep of a planned macrostep
-        self.round_no = 0
         self.budget = budget
         self.new_budget = new_budget
         self.ticks = _TICKS
