@@ -72,10 +72,12 @@ def test_dynamodb_url_opens_a_dynamostore_with_its_options(monkeypatch):
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
     store = sb.open_store("dynamodb://orders?region=eu-west-1&endpoint_url=http://127.0.0.1:5999"
-                          "&shards=4&bucket_ms=1000&keep_done=no&done_ttl_s=60")
+                          "&shards=4&fallback_ms=1000&keep_done=no&done_ttl_s=60")
     assert isinstance(store, DynamoStore)
-    assert (store.table_name, store.shards, store.bucket_ms, store.keep_done, store.done_ttl_s) == (
+    assert (store.table_name, store.shards, store.fallback_ms, store.keep_done, store.done_ttl_s) == (
         "orders", 4, 1000, False, 60)
+    with pytest.warns(DeprecationWarning, match="bucket_ms"):   # a 0.1 URL still opens
+        sb.open_store("dynamodb://orders?region=eu-west-1&endpoint_url=http://127.0.0.1:5999&bucket_ms=1000")
     assert store.client.meta.region_name == "eu-west-1"
     assert store.client.meta.endpoint_url == "http://127.0.0.1:5999"
     with pytest.raises(sb.InvalidStoreURL, match="endpoint"):

@@ -30,8 +30,9 @@ __all__ = ["StoreURL", "parse_store_url", "open_store"]
 _OPTIONS: dict[str, dict[str, type]] = {
     "sqlite": {"timeout_s": float, "keep_done": bool},
     "memory": {"keep_done": bool},
-    "dynamodb": {"region": str, "endpoint_url": str, "profile": str, "shards": int, "bucket_ms": int,
-                 "settle_ms": int, "keep_done": bool, "done_ttl_s": int},
+    # bucket_ms and settle_ms belonged to 0.1's bucketed sweep: still accepted, and ignored
+    "dynamodb": {"region": str, "endpoint_url": str, "profile": str, "shards": int, "fallback_ms": int,
+                 "bucket_ms": int, "settle_ms": int, "keep_done": bool, "done_ttl_s": int},
 }
 _TABLE_NAME = re.compile(r"[A-Za-z0-9_.-]{3,255}")
 _TRUE, _FALSE = {"1", "true", "yes", "on"}, {"0", "false", "no", "off"}

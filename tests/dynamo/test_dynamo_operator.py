@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import pytest
 
-from statebound.dynamodb import _operator
 from statebound.host.store import Commit, TimerCompletion
 
 from store_contract import put, timer
@@ -40,35 +39,21 @@ def requests_(mock_client):
     rec.close()
 
 
-def test_due_timers_queries_the_due_index_bucket_by_bucket(mock_client, table, requests_):
-    store = make_store(mock_client, table, shards=4, bucket_ms=1_000)
-    # 40 rows, one every 2.5 s, over 100 s: buckets 0..97
+def test_due_timers_queries_each_shard_of_the_due_index_once(mock_client, table, requests_):
+    store = make_store(mock_client, table, shards=4)
+    # 40 rows, one every 2.5 s, over 100 s
     put(store, *[timer(f"i{n}", 1, 2_500 * n) for n in range(40)])
+    requests_.take()
     assert [r.due_at_ms for r in store.due_timers(10_000)] == [0, 2_500, 5_000, 7_500, 10_000]
-    requests_.take()                                   # the first call bootstrapped the cursors
-    rows = store.due_timers(20_000)
-    assert [r.due_at_ms for r in rows] == [2_500 * n for n in range(9)]
-    seen = requests_.take()
-    assert seen and set(seen) == {("Query", "due-index")}
-    assert len(seen) <= 21 * 4                          # buckets 0..20, four shards each
+    assert requests_.take() == [("Query", "due-index")] * 4   # one per shard, whatever the window
+    assert [r.due_at_ms for r in store.due_timers(20_000)] == [2_500 * n for n in range(9)]
+    assert [r.due_at_ms for r in store.due_timers(3_600_000)] == [2_500 * n for n in range(40)]
+    assert requests_.take() == [("Query", "due-index")] * 8
     # a limit stops the reading early
     assert [r.due_at_ms for r in store.due_timers(20_000, limit=2)] == [0, 2_500]
-    assert len(requests_.take()) <= 4 * 4               # buckets 0..2 and a little
     # rows a sweep completed leave the index, and the listing
     store.commit(Commit(complete=TimerCompletion(("i0", 1), "fired")))
     assert [r.instance_id for r in store.due_timers(3_000)] == ["i1"]
-
-
-def test_a_wide_window_scans_the_due_index_never_the_table(mock_client, table, requests_, monkeypatch):
-    store = make_store(mock_client, table, shards=4, bucket_ms=1_000)
-    put(store, *[timer(f"i{n}", 1, 60_000 * n) for n in range(10)])
-    store.due_timers(0)
-    requests_.take()
-    monkeypatch.setattr(_operator, "DUE_SCAN_PARTITIONS", 100)
-    rows = store.due_timers(3_600_000)                  # 3,600 buckets x 4 shards > 100 queries
-    assert [r.due_at_ms for r in rows] == [60_000 * n for n in range(10)]
-    assert requests_.take() == [("Scan", "due-index")]
-    assert [r.due_at_ms for r in store.due_timers(3_600_000, limit=3)] == [0, 60_000, 120_000]
 
 
 def test_purge_done_is_the_documented_table_scan(mock_client, table, requests_):

@@ -22,7 +22,7 @@ from statebound.host.store import (DEAD, DONE, INVOKE, PENDING, SEND, WAITING, C
                                    PositionWrite, TimerCompletion, TimerRef)
 from store_contract import create, delete, timer, update
 
-from .helpers import CallLog, index_keys, make_store, table_items
+from .helpers import index_keys, make_store, table_items
 
 MINUTE = 60_000
 DAY = 24 * 60 * MINUTE
@@ -102,7 +102,7 @@ def test_item_layout(mock_client, table, dstore):
     assert set(row["event"]) == {"B"} and set(row["dedup"]) == {"B"}
     assert set(row["caller_context"]) == {"B"}
     shard = dstore.shard_of(("a", 1))
-    assert row["gsi_pk"] == {"S": f"{(T0 + 5) // MINUTE}#{shard}"}
+    assert row["gsi_pk"] == {"S": f"due#{shard}"}
     assert row["gsi_due"] == {"N": str(T0 + 5)}
     assert "dead_pk" not in row
 
@@ -151,8 +151,8 @@ def test_unserializable_event_data_is_refused_before_writing(mock_client, table,
 
 
 def test_due_index_holds_pending_rows_only(mock_client, table, dstore):
-    """In-process moto: fired and cancelled rows leave the due index; dead rows move to the
-    dead index; a retried row comes back; a released row moves to its backoff bucket."""
+    """In-process moto: fired and cancelled rows leave the due index; dead rows move to their
+    shard's dead partition; a retried row comes back; a released row moves to its backoff time."""
     create(dstore, "a", timers_put=[timer("a", i, T0 + i) for i in range(1, 6)])
     assert due_members(mock_client, table) == {("a", i) for i in range(1, 6)}
 
@@ -165,8 +165,11 @@ def test_due_index_holds_pending_rows_only(mock_client, table, dstore):
     assert dead_members(mock_client, table) == {("a", 3)}
     moved = mock_client.get_item(TableName=table, Key={"pk": {"S": "a"},
                                                        "sk": {"S": codec.timer_sk(4)}})["Item"]
-    assert moved["gsi_pk"]["S"].startswith(f"{(T0 + 5 * MINUTE) // MINUTE}#")
+    assert moved["gsi_pk"] == {"S": f"due#{dstore.shard_of(('a', 4))}"}
     assert moved["gsi_due"] == {"N": str(T0 + 5 * MINUTE)}
+    dead = mock_client.get_item(TableName=table, Key={"pk": {"S": "a"},
+                                                      "sk": {"S": codec.timer_sk(3)}})["Item"]
+    assert dead["dead_pk"] == {"S": f"dead#{dstore.shard_of(('a', 3))}"}  # dead rows spread too
     done = mock_client.get_item(TableName=table, Key={"pk": {"S": "a"},
                                                       "sk": {"S": codec.timer_sk(1)}})["Item"]
     assert done["state"] == {"S": DONE} and "gsi_pk" not in done and "dead_pk" not in done
@@ -287,111 +290,172 @@ def test_call_counts(mock_client, table, dstore, calls):
 
     dstore.commit(Commit(timers_put=(timer("a", 2, T0),)))
     calls.take()
-    [row] = dstore.claim_due(T0, 10, "n1", MINUTE)  # first sweep: bootstraps the cursors
-    first = calls.take()
-    assert "Scan" in first and set(first) <= {"BatchGetItem", "Scan", "PutItem", "Query"}
+    [row] = dstore.claim_due(T0, 10, "n1", MINUTE)  # first sweep: a 0.1-table check, then every shard
+    assert calls.take() == ["BatchGetItem"] + ["Query"] * dstore.shards
     dstore.commit(Commit(writes=(update("a", 4),), complete=TimerCompletion(row.key, "fired")))
     assert calls.take() == ["TransactWriteItems"]
     assert dstore.claim_due(T0 + 1, 10, "n1", MINUTE) == []
-    later = calls.take()
-    assert set(later) == {"Query"} and len(later) == dstore.shards * 2  # cursor bucket + now's
+    assert calls.take() == []   # every shard's hint says nothing is due: no request at all
 
 
-# --------------------------------------------------------------------------- sweep cursors
+# --------------------------------------------------------------------------- sweep hints
 
 
-def test_cold_start_finds_rows_due_long_ago(mock_client, table):
-    """In-process moto: a sweeper starting days after rows fell due still finds them; there
-    is no fixed look-back window to fall out of."""
+def test_cold_start_finds_rows_due_long_ago_with_one_query_per_shard(mock_client, table, calls):
+    """In-process moto: a sweeper starting days after rows fell due finds them with one
+    Query per shard, no Scan and no look-back window to fall out of."""
     writer = make_store(mock_client, table)
     put_rows = [timer("a", 1, T0 - 3 * DAY), timer("b", 1, T0 - 2 * DAY), timer("c", 1, T0)]
     writer.commit(Commit(timers_put=tuple(put_rows)))
     sweeper = make_store(mock_client, table)
-    log = CallLog(mock_client)
-    assert [r.key for r in sweeper.claim_due(T0, 10, "n1", MINUTE)] == [("a", 1), ("b", 1),
-                                                                         ("c", 1)]
-    log.close()
-    # one bootstrap scan, then Queries on the non-empty old buckets and the recent ones
-    assert log.names.count("Scan") == 1
-    assert log.names.count("Query") <= 3 + 2 * sweeper.shards
-
-
-def test_cursor_advances_past_settled_empty_buckets_and_is_durable(mock_client, table, calls):
-    """In-process moto: once old buckets are swept empty and settled, the cursor moves past
-    them and is stored, so a new store object (a restart) reads only recent buckets."""
-    store = make_store(mock_client, table)
-    store.commit(Commit(timers_put=(timer("a", 1, T0), timer("a", 2, T0 + 10 * MINUTE))))
-    [row] = store.claim_due(T0, 10, "n1", MINUTE)
-    store.commit(Commit(complete=TimerCompletion(row.key, "fired")))
-    store.claim_due(T0 + 5 * MINUTE, 10, "n1", MINUTE)
-    cursors = {int(i["pk"]["S"].split("#")[1]): int(i["bucket"]["N"])
-               for i in table_items(mock_client, table) if i["pk"]["S"].startswith("sweep#")}
-    assert sorted(cursors) == list(range(store.shards))
-    # every bucket that ended settle_ms (1 min) before now was read empty: skipped for good
-    assert set(cursors.values()) == {(T0 + 5 * MINUTE - store.settle_ms) // MINUTE}
-
-    restarted = make_store(mock_client, table)
     calls.take()
-    [row2] = restarted.claim_due(T0 + 10 * MINUTE, 10, "n2", MINUTE)
-    assert row2.key == ("a", 2)
+    assert [r.key for r in sweeper.claim_due(T0, 10, "n1", MINUTE)] == [("a", 1), ("b", 1), ("c", 1)]
+    assert calls.take() == ["BatchGetItem"] + ["Query"] * sweeper.shards
+
+
+def test_idle_sweeper_reads_each_shard_once_per_fallback(mock_client, table, calls):
+    """In-process moto, counted with botocore hooks: 1,000 rows an hour out, a sweep every
+    second for ten minutes: one Query per shard per fallback_ms (60 s), no Scan, and the
+    rows are never read one by one."""
+    store = make_store(mock_client, table, shards=16)
+    for first in range(0, 1_000, 50):
+        store.commit(Commit(timers_put=tuple(timer(f"i{n}", 1, T0 + 3_600_000 + n)
+                                             for n in range(first, first + 50))))
+    sweeper = make_store(mock_client, table, shards=16)
+    calls.take()
+    for second in range(600):
+        assert sweeper.claim_due(T0 + second * 1_000, 100, "n1", MINUTE) == []
     names = calls.take()
-    assert "Scan" not in names  # no bootstrap: the durable cursors were used
-    # 12 buckets from the cursor to now; far from a day's worth
-    assert names.count("Query") <= restarted.shards * 12
+    assert "Scan" not in names
+    assert names.count("Query") == 16 * 10           # minutes 0..9, one read per shard each
+    assert len(names) == 16 * 10 + 1                  # + the one-off 0.1-table check
+    assert sweeper.next_due() == T0 + 3_600_000
+    assert calls.take() == []                         # the hints answer next_due
 
 
-def test_writing_below_a_known_cursor_lowers_it(mock_client, table):
-    """In-process moto: a row this store writes into an already-swept bucket (here a
-    retry_timer at an old time) lowers the cursor, so it is not stranded."""
-    store = make_store(mock_client, table)
+def test_rows_of_this_store_lower_the_hint_rows_of_others_wait_for_the_fallback(mock_client, table):
+    """In-process moto: a row written through the sweeping store object is seen when due; a
+    row another process wrote is found by the fallback read (or by a wake-up, elsewhere)."""
+    sweeper = make_store(mock_client, table, shards=1)
+    assert sweeper.claim_due(T0, 10, "n1", MINUTE) == []          # read: shard empty
+    sweeper.commit(Commit(timers_put=(timer("mine", 1, T0 + 5_000),)))
+    make_store(mock_client, table, shards=1).commit(Commit(timers_put=(timer("theirs", 1, T0 + 5_000),)))
+    assert sweeper.next_due() == T0 + 5_000
+    got = sweeper.claim_due(T0 + 5_000, 10, "n1", MINUTE)     # due by the hint: the shard is read
+    assert sorted(r.key for r in got) == [("mine", 1), ("theirs", 1)]
+    for row in got:
+        sweeper.commit(Commit(complete=TimerCompletion(row.key, "fired", node_id="n1")))
+
+    make_store(mock_client, table, shards=1).commit(Commit(timers_put=(timer("late", 1, T0 + 6_000),)))
+    assert sweeper.claim_due(T0 + 30_000, 10, "n1", MINUTE) == []  # unknown here until the fallback
+    assert [r.key for r in sweeper.claim_due(T0 + 65_000, 10, "n1", MINUTE)] == [("late", 1)]
+
+
+def test_cancelling_the_earliest_row_makes_next_due_look_again(mock_client, table, calls):
+    """In-process moto: next_due stays exact when the row a hint came from is cancelled."""
+    store = make_store(mock_client, table, shards=1)
+    store.commit(Commit(timers_put=(timer("a", 1, T0 + 1_000), timer("a", 2, T0 + 9_000))))
+    store.claim_due(T0, 10, "n1", MINUTE)
+    assert store.next_due() == T0 + 1_000
+    store.commit(Commit(timers_delete=(("a", 1),)))
+    calls.take()
+    assert store.next_due() == T0 + 9_000
+    assert calls.take() == ["Query"]
+    assert store.next_due() == T0 + 9_000
+    assert calls.take() == []
+
+
+class LaggingIndex:
+    """Wraps a client: due-index Queries do not see rows written less than ``lag`` calls ago,
+    the way a GSI trails its table."""
+
+    def __init__(self, client, lag):
+        self._client, self._lag, self._written = client, lag, {}
+        self._tick = 0
+
+    def __getattr__(self, name):
+        return getattr(self._client, name)
+
+    def transact_write_items(self, **kw):
+        self._tick += 1
+        for action in kw["TransactItems"]:
+            item = action.get("Put", {}).get("Item")
+            if item and "gsi_pk" in item:
+                self._written[(item["pk"]["S"], item["sk"]["S"])] = self._tick
+        return self._client.transact_write_items(**kw)
+
+    def query(self, **kw):
+        self._tick += 1
+        page = self._client.query(**kw)
+        if kw.get("IndexName") == DUE_INDEX:
+            page = {**page, "Items": [i for i in page["Items"]
+                                      if self._tick - self._written.get((i["pk"]["S"], i["sk"]["S"]), -99) > self._lag]}
+        return page
+
+
+def test_a_row_the_lagging_index_hides_is_read_again_when_due(mock_client, table):
+    """A wrapper makes the due index trail the table: the first read after this store's
+    write misses the row, yet the row keeps its shard due and the next sweep finds it,
+    well before the fallback."""
+    store = make_store(LaggingIndex(mock_client, lag=1), table, shards=1)
+    store.claim_due(T0, 10, "n1", MINUTE)
     store.commit(Commit(timers_put=(timer("a", 1, T0),)))
-    store.claim_due(T0 + 30 * MINUTE, 10, "n1", MINUTE)
-    store.release(("a", 1), "n1", error="x", next_attempt_at_ms=0, dead=True)
-    store.claim_due(T0 + 60 * MINUTE, 10, "n1", MINUTE)  # cursor now well past T0
-    assert store.retry_timer(("a", 1), T0 - DAY)
-    assert [r.key for r in store.claim_due(T0 + 61 * MINUTE, 10, "n1", MINUTE)] == [("a", 1)]
-    other = make_store(mock_client, table)  # the lowered cursor is durable too
-    assert [r.key for r in other.claim_due(T0 + 61 * MINUTE, 10, "n2", MINUTE)] == [("a", 1)]
+    assert store.claim_due(T0, 10, "n1", MINUTE) == []            # the index lags
+    assert [r.key for r in store.claim_due(T0 + 1_000, 10, "n1", MINUTE)] == [("a", 1)]
 
 
-def test_reset_sweep_cursors_bootstraps_again(mock_client, table):
-    """In-process moto: after a reset, the next sweep scans the index to rebuild cursors,
-    finding a row written below the cursor by another process."""
+def test_reset_sweep_cursors_reads_every_shard_again(mock_client, table):
+    """In-process moto: after a reset (0.1's name), the next sweep reads every shard and
+    finds a row another process wrote meanwhile."""
     store = make_store(mock_client, table)
-    store.claim_due(T0 + DAY, 10, "n1", MINUTE)  # cursors at about T0 + 1 day
+    store.claim_due(T0, 10, "n1", MINUTE)
     make_store(mock_client, table).commit(Commit(timers_put=(timer("a", 1, T0),)))
-    assert store.claim_due(T0 + DAY, 10, "n1", MINUTE) == []  # stranded below the cursor
+    assert store.claim_due(T0 + 1, 10, "n1", MINUTE) == []   # hints are fresh: not read
     store.reset_sweep_cursors()
-    assert [r.key for r in store.claim_due(T0 + DAY, 10, "n1", MINUTE)] == [("a", 1)]
+    assert [r.key for r in store.claim_due(T0 + 2, 10, "n1", MINUTE)] == [("a", 1)]
 
 
-def test_catch_up_after_an_outage_scans_once_instead_of_probing_every_bucket(mock_client,
-                                                                              table, calls):
-    """In-process moto: a sweeper back after 12 hours finds the rows of that period with
-    one index scan and Queries on the non-empty buckets only, not 720 x shards Queries."""
+def test_retired_sweep_settings_are_accepted_with_a_warning(mock_client, table):
+    """0.1's bucket settings still construct a store (a deployment's config keeps working)."""
+    with pytest.warns(DeprecationWarning, match="bucket_ms"):
+        make_store(mock_client, table, bucket_ms=60_000)
+    with pytest.raises(TypeError, match="bucket_msx"):
+        make_store(mock_client, table, bucket_msx=1)
+
+
+def test_a_0_1_table_is_migrated_by_the_first_sweep(mock_client, table, calls):
+    """In-process moto: items laid out as 0.1 wrote them (bucketed due partitions, one dead
+    partition, sweep cursors) are moved by the first sweep; rows fire, dead rows list, and
+    a second migration finds nothing to do."""
     store = make_store(mock_client, table)
-    store.claim_due(T0, 10, "n1", MINUTE)  # cursors near T0, then the sweeper stops
-    rows = [timer("a", i, T0 + i * 2 * 60 * MINUTE) for i in range(1, 6)]  # every 2 hours
-    store.commit(Commit(timers_put=tuple(rows)))
+    create(store, "old", timers_put=[timer("old", 1, T0 - MINUTE), timer("old", 2, T0 + MINUTE),
+                                     timer("old", 3, T0)])
+    for ordinal, due in ((1, T0 - MINUTE), (2, T0 + MINUTE)):   # rewrite them the 0.1 way
+        mock_client.update_item(TableName=table, Key={"pk": {"S": "old"}, "sk": {"S": codec.timer_sk(ordinal)}},
+                                UpdateExpression="SET gsi_pk = :p",
+                                ExpressionAttributeValues={":p": {"S": f"{due // MINUTE}#{store.shard_of(('old', ordinal))}"}})
+    mock_client.update_item(TableName=table, Key={"pk": {"S": "old"}, "sk": {"S": codec.timer_sk(3)}},
+                            UpdateExpression="SET #s = :dead, dead_pk = :p, dead_sk = :k REMOVE gsi_pk, gsi_due",
+                            ExpressionAttributeNames={"#s": "state"},
+                            ExpressionAttributeValues={":dead": {"S": DEAD}, ":p": {"S": "dead"},
+                                                       ":k": {"S": codec.dead_sort_key(("old", 3))}})
+    for shard in range(store.shards):
+        mock_client.put_item(TableName=table, Item={"pk": {"S": f"sweep#{shard}"}, "sk": {"S": "C"},
+                                                    "bucket": {"N": str(T0 // MINUTE - 5)}})
+    sweeper = make_store(mock_client, table)
     calls.take()
-    got = store.claim_due(T0 + 12 * 60 * MINUTE, 10, "n1", MINUTE)
-    assert [r.key for r in got] == [r.key for r in rows]
+    assert [r.key for r in sweeper.claim_due(T0, 10, "n1", 10 * MINUTE)] == [("old", 1)]
     names = calls.take()
-    assert names.count("Scan") == 1
-    assert names.count("Query") <= 5 + 3 * store.shards  # the row buckets + the recent ones
-    assert store.claim_due(T0 + 12 * 60 * MINUTE + 1, 10, "n1", MINUTE) == []
-    assert "Scan" not in calls.take()  # caught up: back to probing recent buckets
-
-
-def test_long_catch_up_without_scanning_is_split_over_calls(mock_client, table):
-    """In-process moto: with catch-up scans off, max_scan_buckets bounds each call's reads
-    and a later call still reaches the rows."""
-    store = make_store(mock_client, table, max_scan_buckets=10, catch_up_buckets=10**9, shards=2)
-    store.claim_due(T0, 10, "n1", MINUTE)  # cursors near T0
-    store.commit(Commit(timers_put=(timer("a", 1, T0 + 30 * MINUTE),)))
-    now = T0 + 60 * MINUTE
-    results = [store.claim_due(now, 10, "n1", MINUTE) for _ in range(6)]
-    assert [len(rows) for rows in results] == [0, 0, 0, 1, 0, 0]
+    assert names.count("Scan") == 1   # the one-off migration
+    assert not any(i["pk"]["S"].startswith("sweep#") for i in table_items(mock_client, table))
+    assert {i["gsi_pk"]["S"] for i in table_items(mock_client, table, DUE_INDEX)} == {
+        f"due#{store.shard_of(k)}" for k in [("old", 1), ("old", 2)]}
+    assert [r.key for r in sweeper.dead_timers()] == [("old", 3)]
+    assert [r.key for r in sweeper.claim_due(T0 + MINUTE, 10, "n1", MINUTE)] == [("old", 2)]
+    assert sweeper.migrate().due_rows == 0
+    calls.take()
+    make_store(mock_client, table).claim_due(T0 + 2 * MINUTE, 10, "n2", MINUTE)
+    assert "Scan" not in calls.take()   # migrated once: a new process finds no cursor
 
 
 def test_owned_shards_restrict_the_sweep(mock_client, table):
@@ -413,18 +477,23 @@ def test_owned_shards_restrict_the_sweep(mock_client, table):
     assert make_store(mock_client, table, owned_shards=set()).claim_due(T0, 100, "n1", MINUTE) == []
 
 
-def test_next_due_far_future_and_bounded_scan(mock_client, table):
-    """In-process moto: next_due finds a row beyond its probe horizon with the fallback scan,
-    and when that scan is cut short it answers a safe lower bound, never a later time."""
+def test_next_due_far_future_without_a_scan(mock_client, table, calls):
+    """In-process moto: a row 30 days out is next_due's answer straight from the shard
+    Queries; nothing scans the index."""
     store = make_store(mock_client, table)
-    store.claim_due(T0, 10, "n1", MINUTE)  # cursors near T0
     far = T0 + 30 * DAY
     store.commit(Commit(timers_put=tuple(timer("a", i, far + i) for i in range(5))))
-    assert store.next_due() == far
-    tight = make_store(mock_client, table, next_due_scan_items=2)
-    tight.claim_due(T0, 10, "n1", MINUTE)
-    bound = tight.next_due()
-    assert T0 < bound <= far
+    calls.take()
+    assert make_store(mock_client, table).next_due() == far
+    assert set(calls.take()) == {"Query"}
+
+
+def test_pending_before_lists_what_comes_due_without_claiming(mock_client, table):
+    """In-process moto: the fallback's look-ahead reads only the rows due by then."""
+    store = make_store(mock_client, table)
+    store.commit(Commit(timers_put=(timer("a", 1, T0 + 10), timer("b", 1, T0 + 5), timer("c", 1, T0 + DAY))))
+    assert [r.key for r in store.pending_before(T0 + MINUTE)] == [("b", 1), ("a", 1)]
+    assert [r.key for r in store.claim_due(T0 + MINUTE, 10, "n1", MINUTE)] == [("b", 1), ("a", 1)]
 
 
 # --------------------------------------------------------------------------- errors

@@ -10,10 +10,10 @@ One table, ``pk`` (S) + ``sk`` (S)::
                                       idem (the retained inbound idempotency keys)
     <instance id>      T#<ordinal>    timer or outbox row scheduled by that instance (ordinal
                                       zero-padded); ``kind`` is absent for a timer
-    sweep#<shard>      C              the sweep cursor of a shard (oldest bucket to scan)
     lease#<shard>      L              a shard lease (see leases.py)
     lease#members      N#<node id>    a sweeper node's membership heartbeat (see leases.py)
     cli#charts         R#<name>...    a chart revision the CLI remembers (cli/registry.py)
+    sweep#<shard>      C              0.1 only: a sweep cursor; its presence marks a 0.1 table
 
 **Key spaces.** An instance id is any string :func:`check_id` accepts, so an instance
 may well be called ``lease#members`` or ``sweep#3`` and share a partition with internal
@@ -36,10 +36,16 @@ a 21-byte suffix.
 
 Two sparse global secondary indexes, both projecting ALL attributes:
 
-* ``due-index``: ``gsi_pk`` = ``"<bucket>#<shard>"`` and ``gsi_due`` = the row's ready time.
-  Only pending rows carry these two attributes.
-* ``dead-index``: ``dead_pk`` = ``"dead"`` and ``dead_sk`` = ``"<instance>\\x1f<ordinal>"``.
-  Only dead rows carry them, so listing dead rows reads dead rows only.
+* ``due-index``: ``gsi_pk`` = ``"due#<shard>"`` and ``gsi_due`` = the row's ready time.
+  Only pending rows carry these two attributes, so one ``Query`` of a shard, earliest
+  first, returns what is due *and* (the first row past now) when the shard is next due.
+* ``dead-index``: ``dead_pk`` = ``"dead#<shard>"`` and ``dead_sk`` =
+  ``"<instance>\\x1f<ordinal>"``. Only dead rows carry them, spread over the shards like
+  the due rows, so listing dead rows reads dead rows only and no key takes every one.
+
+0.1 tables put a time bucket in the due partition (``"<bucket>#<shard>"``) and every dead
+row under ``"dead"``; :func:`is_legacy_due_partition` recognises the former, and
+``_migrate.py`` rewrites both.
 """
 
 from __future__ import annotations
@@ -53,8 +59,9 @@ from ..host.store import (CLAIMED, DEAD, PENDING, TIMER, KeyRecord, PositionReco
                           TimerRow, check_instance_id, pack_field, unpack_field)
 
 __all__ = [
-    "POSITION_SK", "TIMER_PREFIX", "INSTANCE_SKS", "MAX_INSTANCE_ID_BYTES", "check_id", "DUE_INDEX", "DEAD_INDEX", "DEAD_PARTITION",
-    "timer_sk", "shard_of", "due_partition", "dead_sort_key", "position_item",
+    "POSITION_SK", "TIMER_PREFIX", "INSTANCE_SKS", "MAX_INSTANCE_ID_BYTES", "check_id", "DUE_INDEX",
+    "DEAD_INDEX", "LEGACY_DEAD_PARTITION", "LEGACY_CURSOR_PREFIX", "LEGACY_CURSOR_SK", "timer_sk", "shard_of", "due_partition", "dead_partition",
+    "is_legacy_due_partition", "shard_of_partition", "dead_sort_key", "position_item",
     "record_from_item", "timer_item", "row_from_item", "index_attributes",
     "item_size", "attr_size", "pack", "unpack", "S", "N", "B",
 ]
@@ -65,7 +72,13 @@ TIMER_PREFIX = "T#"
 INSTANCE_SKS = (POSITION_SK, TIMER_PREFIX, "H#")
 DUE_INDEX = "due-index"
 DEAD_INDEX = "dead-index"
-DEAD_PARTITION = "dead"
+#: Where 0.1 put every dead row.
+LEGACY_DEAD_PARTITION = "dead"
+DUE_PREFIX = "due#"
+#: 0.1's per-shard sweep cursor item: ``("sweep#<shard>", "C")``.
+LEGACY_CURSOR_PREFIX = "sweep#"
+LEGACY_CURSOR_SK = "C"
+DEAD_PREFIX = "dead#"
 #: Width of the zero-padded ordinal in a timer sort key: 20 digits hold any uint64,
 #: and a fixed width makes the string order of the sort keys the numeric order.
 ORDINAL_WIDTH = 20
@@ -121,9 +134,24 @@ def shard_of(key: TimerKey, shards: int) -> int:
     return zlib.crc32(f"{instance_id}{KEY_SEPARATOR}{ordinal}".encode()) % shards
 
 
-def due_partition(bucket: int, shard: int) -> str:
-    """The ``gsi_pk`` value of a due-index partition."""
-    return f"{bucket}#{shard}"
+def due_partition(shard: int) -> str:
+    """The ``gsi_pk`` value of a shard's due-index partition."""
+    return f"{DUE_PREFIX}{shard}"
+
+
+def dead_partition(shard: int) -> str:
+    """The ``dead_pk`` value of a shard's dead-index partition."""
+    return f"{DEAD_PREFIX}{shard}"
+
+
+def is_legacy_due_partition(value: str) -> bool:
+    """Whether a ``gsi_pk`` value is 0.1's ``"<bucket>#<shard>"``."""
+    return not value.startswith(DUE_PREFIX)
+
+
+def shard_of_partition(value: str) -> int:
+    """The shard of a due partition value, either layout."""
+    return int(value.rsplit("#", 1)[1])
 
 
 def dead_sort_key(key: TimerKey) -> str:
@@ -131,18 +159,17 @@ def dead_sort_key(key: TimerKey) -> str:
     return f"{key[0]}{KEY_SEPARATOR}{key[1]:0{ORDINAL_WIDTH}d}"
 
 
-def index_attributes(row: TimerRow, *, shards: int, bucket_ms: int) -> dict[str, dict[str, Any]]:
+def index_attributes(row: TimerRow, *, shards: int) -> dict[str, dict[str, Any]]:
     """The sparse index attributes a row in this state carries (possibly none).
 
-    Pending and claimed rows are in the due index under the bucket of their ready time;
-    dead rows are in the dead index; waiting and done rows are in neither.
+    Pending and claimed rows are in the due index under their shard, sorted by ready
+    time; dead rows are in the dead index; waiting and done rows are in neither.
     """
+    shard = shard_of(row.key, shards)
     if row.state in (PENDING, CLAIMED):
-        ready = row.ready_at_ms
-        return {"gsi_pk": S(due_partition(ready // bucket_ms, shard_of(row.key, shards))),
-                "gsi_due": N(ready)}
+        return {"gsi_pk": S(due_partition(shard)), "gsi_due": N(row.ready_at_ms)}
     if row.state == DEAD:
-        return {"dead_pk": S(DEAD_PARTITION), "dead_sk": S(dead_sort_key(row.key))}
+        return {"dead_pk": S(dead_partition(shard)), "dead_sk": S(dead_sort_key(row.key))}
     return {}
 
 
@@ -205,7 +232,7 @@ _OPTIONAL_S = ("name", "claimed_by", "last_error", "outcome", "reason")
 _OPTIONAL_N = ("next_attempt_at_ms", "claim_expires_ms")
 
 
-def timer_item(row: TimerRow, *, shards: int, bucket_ms: int) -> dict[str, dict[str, Any]]:
+def timer_item(row: TimerRow, *, shards: int) -> dict[str, dict[str, Any]]:
     """The timer item for ``row``, index attributes included."""
     item: dict[str, dict[str, Any]] = {
         "pk": S(row.instance_id), "sk": S(timer_sk(row.ordinal)), "ordinal": N(row.ordinal),
@@ -225,7 +252,7 @@ def timer_item(row: TimerRow, *, shards: int, bucket_ms: int) -> dict[str, dict[
             item[name] = N(value)
     if row.kind != TIMER:
         item["kind"] = S(row.kind)
-    item.update(index_attributes(row, shards=shards, bucket_ms=bucket_ms))
+    item.update(index_attributes(row, shards=shards))
     return item
 
 

@@ -6,14 +6,9 @@ costs below are per call, "RCU" meaning read capacity units (4 KB each, halved f
 eventually consistent read).
 
 ==========================  ==========================================================
-``due_timers``              1 ``BatchGetItem`` of the sweep cursors, then 1 ``Query`` of
-                            the due index per (bucket, shard) from the oldest cursor to
-                            the bucket of ``due_before_ms`` (a 1 h window on 1-minute
-                            buckets and 16 shards: about 960 small queries), stopping at
-                            ``limit`` rows. When that would exceed
-                            ``due_scan_partitions`` queries, 1 ``Scan`` of the due index
-                            instead: it reads every *pending* row (the index is sparse,
-                            never the whole table) and keeps those due by then.
+``due_timers``              1 ``Query`` of the due index per shard (``gsi_due`` up to
+                            ``due_before_ms``), reading only the rows due by then,
+                            stopping at ``limit`` rows per shard
 ``list_positions``          a paginated ``Scan`` of the table, keeping position items
                             (of one chart, if asked): reading every instance costs the
                             whole table's read units once. There is no index by chart.
@@ -52,13 +47,10 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 __all__ = ["due_timers", "list_positions", "purge_done", "history", "history_item", "purge_history",
-           "DUE_SCAN_PARTITIONS", "HISTORY_PREFIX"]
+           "HISTORY_PREFIX"]
 
 #: Sort key prefix of history items: ``H#<version, 20 digits>`` in the instance's partition.
 HISTORY_PREFIX = "H#"
-
-#: Above this many (bucket, shard) queries, ``due_timers`` scans the due index instead.
-DUE_SCAN_PARTITIONS = 500
 
 row_done = "#state = :done"
 
@@ -118,68 +110,42 @@ def _ready_order(row: TimerRow) -> tuple[int, str, int]:
 def due_timers(self: DynamoStore, due_before_ms: int, limit: int = 1_000) -> Sequence[TimerRow]:
     """Up to ``limit`` pending rows of any instance ready by ``due_before_ms``, earliest first.
 
-    Reads the due index only, never the table: bucket by bucket from the sweep cursors
-    (rows below a cursor have fired), or, for a window wider than ``DUE_SCAN_PARTITIONS``
-    queries, one scan of the index (see the module table). Every shard is read, whatever
-    :attr:`owned_shards` says: this is an operator's view of the table, not a sweep.
-    The index is eventually consistent, so a row fired a moment ago may still be listed.
+    Reads the due index only, never the table: one ``Query`` per shard, each reading the
+    rows due by then and no others. Every shard is read, whatever :attr:`owned_shards`
+    says: this is an operator's view of the table, not a sweep. The index is eventually
+    consistent, so a row fired a moment ago may still be listed.
     """
     if limit <= 0:
         return []
-    shards = list(range(self.shards))
-    cursors = self._cursors(shards, None)
-    if not cursors:
-        return []       # no cursor and nothing in the index: nothing is pending
-    last = due_before_ms // self.bucket_ms
-    seqs = {sh: self._bucket_seq(sh, c, last, last - c + 1) for sh, c in cursors.items() if c <= last}
-    if sum(len(seq) for seq in seqs.values()) > DUE_SCAN_PARTITIONS:
-        return _scan_due(self, due_before_ms, limit)
-    by_bucket: dict[int, list[int]] = {}
-    for sh, seq in seqs.items():
-        for bucket in seq:
-            by_bucket.setdefault(bucket, []).append(sh)
     out: list[TimerRow] = []
-    for bucket in sorted(by_bucket):
-        found: list[TimerRow] = []
-        for sh in by_bucket[bucket]:
-            found.extend(_query_due(self, bucket, sh, limit - len(out), due_before_ms))
-        # buckets partition time, so this bucket's earliest rows come next
-        out.extend(sorted(found, key=_ready_order)[:limit - len(out)])
-        if len(out) >= limit:
-            break
-    return out
+    for shard in range(self.shards):
+        out.extend(_query_due(self, shard, limit, due_before_ms))
+    return sorted(out, key=_ready_order)[:limit]
 
 
 def _visible(self: DynamoStore, item: dict[str, Any]) -> TimerRow | None:
     """An index item as a row, with this store's soft claim shown; ``None`` for a row this
     store has just completed (the index lags the table)."""
-    row = self._overlay(codec.row_from_item(item))
-    if row.state == PENDING and self._hidden(row.key, None):   # not soft-claimed, so: completed here
+    row = self._sweep.overlay(codec.row_from_item(item))
+    if row.state == PENDING and self._sweep.hidden(row.key, None):   # not soft-claimed, so: completed here
         return None
     return row if row.state in (PENDING, CLAIMED) else None
 
 
-def _query_due(self: DynamoStore, bucket: int, shard: int, want: int, due_before_ms: int) -> list[TimerRow]:
+def _query_due(self: DynamoStore, shard: int, want: int, due_before_ms: int) -> list[TimerRow]:
     out: list[TimerRow] = []
     for item in self._pages("query", IndexName=codec.DUE_INDEX,
                             KeyConditionExpression="#gsi_pk = :p AND #gsi_due <= :t",
                             ExpressionAttributeNames={"#gsi_pk": "gsi_pk", "#gsi_due": "gsi_due"},
-                            ExpressionAttributeValues={":p": S(codec.due_partition(bucket, shard)),
+                            ExpressionAttributeValues={":p": S(codec.due_partition(shard)),
                                                        ":t": N(due_before_ms)},
-                            Limit=want + 8):
+                            Limit=min(want + 8, 1_000)):
         row = _visible(self, item)
         if row is not None:
             out.append(row)
             if len(out) >= want:
                 break
     return out
-
-
-def _scan_due(self: DynamoStore, due_before_ms: int, limit: int) -> list[TimerRow]:
-    rows = [_visible(self, item) for item in self._pages(
-        "scan", IndexName=codec.DUE_INDEX, FilterExpression="#gsi_due <= :t",
-        ExpressionAttributeNames={"#gsi_due": "gsi_due"}, ExpressionAttributeValues={":t": N(due_before_ms)})]
-    return sorted((r for r in rows if r is not None), key=_ready_order)[:limit]
 
 
 def list_positions(self: DynamoStore, chart: str | None = None, *, after: str | None = None,

@@ -2,11 +2,15 @@
 
 Layout (see ``_codec.py`` for every attribute): ``pk`` = instance id, ``sk`` = ``"P"``
 for the position item and ``"T#<ordinal>"`` for each timer row the instance scheduled.
-Pending rows also carry ``gsi_pk = "<bucket>#<shard>"`` and ``gsi_due = ready_at_ms``,
-which puts them in the sparse ``due-index``; a fired, cancelled or dead row drops those
-attributes and leaves it. Dead rows carry ``dead_pk``/``dead_sk`` instead and sit in the
-sparse ``dead-index``, so :meth:`DynamoStore.dead_timers` reads dead rows only, never
-the table (a scan would cost the whole table for what is an operator's query).
+Pending rows also carry ``gsi_pk = "due#<shard>"`` and ``gsi_due = ready_at_ms``, which
+puts them in the sparse ``due-index``; a fired, cancelled or dead row drops those
+attributes and leaves it. Dead rows carry ``dead_pk = "dead#<shard>"``/``dead_sk`` instead
+and sit in the sparse ``dead-index``, so :meth:`DynamoStore.dead_timers` reads dead rows
+only, never the table.
+
+This module holds the positions and commits; the sweep (which shards to read, hints,
+soft claims, releases) is ``_sweep.py``, the schema ``_table.py``, the 0.1 upgrade
+``_migrate.py``.
 
 Costs per operation (one "call" is one HTTP request; botocore's own retries aside):
 
@@ -17,20 +21,18 @@ Costs per operation (one "call" is one HTTP request; botocore's own retries asid
 ``commit``, anything else   1 ``TransactWriteItems`` (position + timer rows + completion)
 ``commit`` deleting an      1 ``Query`` of the instance's timer rows, then 1
   instance                    ``TransactWriteItems`` (or 1 ``DeleteItem`` if none)
-``claim_due``               1 ``Query`` per (bucket, shard) from the shard's cursor to
-                            now's bucket, normally 2-3 buckets; **no write**: the claim
-                            is the commit's completion condition (see below). Plus, now
-                            and then, 1 ``UpdateItem`` per shard whose cursor moves, and
-                            after an outage 1 ``Scan`` of the due index (see below)
+``claim_due``               1 ``Query`` per shard that is due by its hint, new to this
+                            store object, or past ``fallback_ms`` since its last read;
+                            **no write**: the claim is the commit's completion condition.
+                            Idle with fresh hints: nothing at all
+``next_due``                nothing, once every owned shard has been read
 ``load_many``               1 ``BatchGetItem`` per 100 ids (more for unprocessed keys)
 ``commit_many``             each commit as ``commit``, ``batch_workers`` in parallel
                             (``_batch.py``: why not one transaction)
 ``release``                 1 ``GetItem`` + 1 conditional ``PutItem``
 ``retry_timer``             1 conditional ``UpdateItem``
-``next_due``                1 ``Query`` per (bucket, shard) up to a horizon, then, only
-                            if nothing was found, 1 bounded ``Scan`` of the due index
 ``pending_timers``          1 ``Query`` of the instance partition (paginated)
-``dead_timers``             1 ``Query`` of ``dead-index``
+``dead_timers``             1 ``Query`` per shard of ``dead-index``
 ``due_timers``,             operator reads and batch jobs: see ``_operator.py``
 ``history``,
 ``list_positions``,
@@ -41,27 +43,8 @@ Costs per operation (one "call" is one HTTP request; botocore's own retries asid
 commit: the fired row is completed in the same transaction as the position, on the
 condition that the row still exists and is not done, so of two sweepers that fire the
 same row one commits and the other gets :class:`~statebound.ConflictError` with nothing
-written. Within one store object, claims are still exclusive ("soft claims" kept in
-memory until ``claim_expires_ms``), so threads of one sweeper never fire a row twice, and
+written. Within one store object claims are exclusive ("soft claims", ``_sweep.py``), and
 shard leases (``leases.py``) keep two processes off the same shards most of the time.
-Other processes see a soft-claimed row as ``pending``.
-
-**Sweep cursors.** The due index is partitioned by time bucket, so a sweep has to know
-which buckets to read. Each shard has a durable cursor item (``sweep#<shard>``) naming
-the oldest bucket that may still hold pending rows. A sweep reads from the cursor up to
-now's bucket and moves the cursor past buckets it found empty once they are *settled*
-(ended more than ``settle_ms`` ago: rows are written with a ready time of "now or
-later", so a settled empty bucket stays empty unless a writer's clock is ``settle_ms``
-behind). The cursor is durable so that a restarted sweeper, a Lambda cold start or a
-shard that changed hands resumes where the last sweep stopped, instead of rescanning a
-fixed look-back (which would be expensive) or missing rows older than it (which would be
-wrong). A shard without a cursor (a new table) is bootstrapped once by a scan of the due
-index. The same scan serves a shard whose cursor lags now by more than
-``catch_up_buckets`` (a sweeper back from an outage): it lists the non-empty buckets, and
-since the settled ones can receive no more rows, the sweep skips the empty ones instead of
-spending a Query on each. Rows this store writes into a bucket below a cursor it knows
-lower that cursor; :meth:`DynamoStore.reset_sweep_cursors` forces a new bootstrap if
-clocks were badly off.
 
 **Idempotent commits.** A transaction carries a ``ClientRequestToken``, and every
 position item records the ``commit_token`` of the commit that wrote it. When a retried
@@ -72,17 +55,14 @@ reports success instead of a conflict that would make the host apply the event t
 
 from __future__ import annotations
 
-import bisect
 import logging
-import threading
 import time
 import uuid
-from collections import OrderedDict
+import warnings
 from collections.abc import Callable, Collection, Iterator, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
-import boto3
 from botocore.exceptions import ClientError
 
 from ..exceptions import ConflictError, ItemTooLarge, StateboundError, StoreError
@@ -90,17 +70,18 @@ from ..host.store import (CLAIMED, DEAD, DONE, PENDING, WAITING, Commit, Positio
                           TimerCompletion, TimerKey, TimerRow, commit_instance_ids)
 from . import _batch
 from . import _codec as codec
-from . import _operator
+from . import _operator, _table
 from ._codec import N, S
-from ._errors import ActionInfo, call, error_code, map_dynamodb_errors
+from ._errors import ActionInfo, call
+from ._migrate import MigrationReport, migrate
+from ._sweep import MAX_ERROR_CHARS, Sweep
 
 __all__ = ["DynamoStore", "MAX_ITEM_BYTES", "MAX_TRANSACTION_ACTIONS", "MAX_TRANSACTION_BYTES",
-           "MAX_INSTANCE_ID_BYTES"]
-
-MAX_INSTANCE_ID_BYTES = codec.MAX_INSTANCE_ID_BYTES
+           "MAX_INSTANCE_ID_BYTES", "MAX_ERROR_CHARS"]
 
 log = logging.getLogger(__name__)
 
+MAX_INSTANCE_ID_BYTES = codec.MAX_INSTANCE_ID_BYTES
 #: Largest item we send. DynamoDB's limit is 400 KB (409,600 bytes, names included);
 #: we stop short of it so that an estimate a little low still never reaches the service.
 MAX_ITEM_BYTES = 400_000
@@ -108,12 +89,6 @@ MAX_ITEM_BYTES = 400_000
 MAX_TRANSACTION_ACTIONS = 100
 #: DynamoDB refuses transactions over 4 MB; moto does not check, so we do.
 MAX_TRANSACTION_BYTES = 4_000_000
-#: ``last_error`` is truncated to this many characters, so a long traceback cannot push a
-#: timer row over the item limit on the failure path.
-MAX_ERROR_CHARS = 8_000
-#: How long (wall seconds) a row this store completed or deleted is hidden from its own
-#: index reads: DynamoDB's GSIs lag the table by up to about a second.
-GSI_LAG_S = 5.0
 
 # --------------------------------------------------------------------------- conditions
 # Each clause is named so the expressions read like the rules they enforce.
@@ -122,26 +97,10 @@ version_matches = "#version = :expected"
 row_exists = "attribute_exists(#pk)"
 row_unfinished = "#state IN (:pending, :claimed, :waiting)"
 row_pending_or_mine = "(#state IN (:pending, :waiting) OR (#state = :claimed AND #claimed_by = :node))"
-row_is_dead = "#state = :dead"
-row_unchanged = "#state = :seen_state AND #attempts = :seen_attempts"
-cursor_absent = "attribute_not_exists(#pk)"
-cursor_unchanged = "#bucket = :old"
-cursor_above = "#bucket > :new"
 
-_CURSOR_SK = "C"
-
-
-@dataclass(slots=True)
-class _Claim:
-    """A soft claim: this store handed the row to ``node_id`` until ``expires_ms``."""
-
-    node_id: str
-    expires_ms: int
-
-
-def _default_client() -> Any:
-    with map_dynamodb_errors():
-        return boto3.client("dynamodb")
+#: Constructor arguments of 0.1's bucketed sweep, accepted and ignored.
+_RETIRED = ("bucket_ms", "settle_ms", "max_scan_buckets", "catch_up_buckets", "next_due_horizon_ms",
+            "next_due_scan_items", "cursor_refresh_ms")
 
 
 def _own_write_landed(exc: BaseException, token: str) -> bool:
@@ -165,74 +124,56 @@ class DynamoStore:
     :param table_name: the table, created by :meth:`create_table` (or the same schema
         from :meth:`table_spec` in your infrastructure code).
     :param client: a ``boto3`` DynamoDB client; by default ``boto3.client("dynamodb")``.
-    :param shards: due-index shards per bucket. Fixed for the life of a table: every
-        writer and sweeper must use the same number.
-    :param bucket_ms: width of a due-index time bucket. Also fixed per table.
-    :param settle_ms: how long after a bucket ends before an empty bucket is skipped for
-        good; covers clock skew between writers and sweepers plus index lag.
+        Clients are thread-safe, so one serves a sweeper's whole thread pool.
+    :param shards: due-index shards. Fixed for the life of a table: every writer and
+        sweeper must use the same number (``docs/dynamodb.md`` shows how to choose it).
     :param owned_shards: restrict ``claim_due``/``next_due`` to these shards: a
         collection of ints, or anything with a ``held`` attribute such as a
-        :class:`~statebound.dynamodb.ShardLeases` (read at every call). ``None``: all.
+        :class:`~statebound.dynamodb.ShardLeases` (read at every call; its
+        ``maybe_acquire()`` is called at every ``claim_due``). ``None``: all.
     :param keep_done: keep completed rows (state ``done``) for inspection; if ``False``,
         a completion deletes the row.
     :param done_ttl_s: when set, completed rows get an ``expires_at`` attribute (epoch
         seconds, wall clock) so DynamoDB TTL deletes them after this many seconds.
-    :param max_scan_buckets: most buckets of a shard one ``claim_due`` reads (a sweeper
-        catching up proceeds over several calls instead of one huge one).
-    :param catch_up_buckets: when a shard's cursor lags now by more buckets than this
-        (after an outage), one scan of the due index finds which old buckets hold rows,
-        instead of one Query per empty bucket. The scan costs reads in proportion to the
-        pending rows; probing costs one Query per bucket and shard.
-    :param next_due_horizon_ms: how far past the last sweep's bucket ``next_due`` probes
-        bucket by bucket before falling back to a bounded scan.
-    :param next_due_scan_items: most index items that fallback scan reads.
-    :param cursor_refresh_ms: re-read the durable sweep cursors this often (in the
-        ``now_ms`` of ``claim_due``), to pick up other sweepers' progress.
+    :param fallback_ms: the slow fallback sweep: a shard is read at least this often (in
+        the ``now_ms`` of ``claim_due``) even when its hint says nothing is due, to find
+        rows other processes wrote without a wake-up. Idle cost: one ``Query`` per shard
+        per ``fallback_ms``. Rows written through this store object, and rows whose
+        writers send wake-ups, never wait for it.
     :param retries: attempts per call when DynamoDB throttles, before ``StoreUnavailable``.
     :param retry_base_s: first backoff delay, doubled on each retry.
     :param sleep: how to wait between retries (tests pass a no-op).
+
+    0.1's sweep settings (``bucket_ms``, ``settle_ms``, ``max_scan_buckets``,
+    ``catch_up_buckets``, ``next_due_horizon_ms``, ``next_due_scan_items``,
+    ``cursor_refresh_ms``) are accepted with a ``DeprecationWarning`` and ignored.
     """
 
     def __init__(self, table_name: str, client: Any = None, *, shards: int = 16,
-                 bucket_ms: int = 60_000, settle_ms: int = 60_000,
                  owned_shards: Collection[int] | Any | None = None, keep_done: bool = True,
-                 done_ttl_s: int | None = None, max_scan_buckets: int = 240,
-                 catch_up_buckets: int = 60,
-                 next_due_horizon_ms: int = 120_000, next_due_scan_items: int = 1_000,
-                 cursor_refresh_ms: int = 300_000, retries: int = 4, retry_base_s: float = 0.05,
-                 sleep: Callable[[float], None] = time.sleep) -> None:
-        if shards < 1 or bucket_ms < 1:
-            raise ValueError("shards and bucket_ms must be positive")
-        if retries < 1 or max_scan_buckets < 1:
-            raise ValueError("retries and max_scan_buckets must be positive")
+                 done_ttl_s: int | None = None, fallback_ms: int = 60_000, retries: int = 4,
+                 retry_base_s: float = 0.05, sleep: Callable[[float], None] = time.sleep,
+                 **retired: Any) -> None:
+        unknown = set(retired) - set(_RETIRED)
+        if unknown:
+            raise TypeError(f"DynamoStore got unexpected argument(s) {sorted(unknown)}")
+        if retired:
+            warnings.warn(f"DynamoStore: {sorted(retired)} belonged to 0.1's bucketed sweep and are "
+                          "ignored; see fallback_ms", DeprecationWarning, stacklevel=2)
+        if shards < 1 or retries < 1 or fallback_ms < 1:
+            raise ValueError("shards, retries and fallback_ms must be positive")
         self.table_name = table_name
-        self.client = client if client is not None else _default_client()
+        self.client = client if client is not None else _table.default_client()
         self.shards = shards
-        self.bucket_ms = bucket_ms
-        self.settle_ms = settle_ms
         #: see the ``owned_shards`` parameter; may be reassigned at any time
         self.owned_shards = owned_shards
         self.keep_done = keep_done
         self.done_ttl_s = done_ttl_s
-        self.max_scan_buckets = max_scan_buckets
-        self.catch_up_buckets = catch_up_buckets
-        self.next_due_horizon_ms = next_due_horizon_ms
-        self.next_due_scan_items = next_due_scan_items
-        self.cursor_refresh_ms = cursor_refresh_ms
         self._retries = retries
         self._retry_base_s = retry_base_s
         self._sleep = sleep
         # Local state, shared by the threads of one sweeper; never trusted across processes.
-        self._lock = threading.RLock()
-        self._claims: OrderedDict[TimerKey, _Claim] = OrderedDict()
-        self._gone: OrderedDict[TimerKey, float] = OrderedDict()
-        self._cursor: dict[int, int] = {}
-        self._cursor_gen = 0
-        self._cursor_read_now: int | None = None
-        self._last_now: int | None = None
-        # shard -> (non-empty buckets below horizon, horizon), learnt from an index scan;
-        # buckets below the horizon had settled at scan time, so the list is complete there
-        self._known: dict[int, tuple[list[int], int]] = {}
+        self._sweep = Sweep(self, fallback_ms)
         self._purge_resume: dict[str, Any] | None = None   # where purge_done's scan goes on
 
     # operator reads and batch jobs (see _operator.py for what each costs)
@@ -245,26 +186,7 @@ class DynamoStore:
     @staticmethod
     def table_spec(table_name: str) -> dict[str, Any]:
         """The ``create_table`` arguments of the statebound schema (for IaC tools too)."""
-        def key(name: str, kind: str) -> dict[str, str]:
-            return {"AttributeName": name, "KeyType": kind}
-
-        return {
-            "TableName": table_name,
-            "BillingMode": "PAY_PER_REQUEST",
-            "KeySchema": [key("pk", "HASH"), key("sk", "RANGE")],
-            "AttributeDefinitions": [
-                {"AttributeName": name, "AttributeType": kind}
-                for name, kind in (("pk", "S"), ("sk", "S"), ("gsi_pk", "S"), ("gsi_due", "N"),
-                                   ("dead_pk", "S"), ("dead_sk", "S"))],
-            "GlobalSecondaryIndexes": [
-                {"IndexName": codec.DUE_INDEX, "KeySchema": [key("gsi_pk", "HASH"),
-                                                             key("gsi_due", "RANGE")],
-                 "Projection": {"ProjectionType": "ALL"}},
-                {"IndexName": codec.DEAD_INDEX, "KeySchema": [key("dead_pk", "HASH"),
-                                                              key("dead_sk", "RANGE")],
-                 "Projection": {"ProjectionType": "ALL"}},
-            ],
-        }
+        return _table.table_spec(table_name)
 
     @classmethod
     def create_table(cls, table_name: str, client: Any = None, *, wait: bool = True,
@@ -274,36 +196,14 @@ class DynamoStore:
         An existing table is accepted if it has the two indexes (else :class:`StoreError`).
         With ``wait``, returns once the table and its indexes are ``ACTIVE``.
         """
-        client = client if client is not None else _default_client()
-        with map_dynamodb_errors():
-            try:
-                client.create_table(**cls.table_spec(table_name))
-            except ClientError as exc:
-                # ResourceInUse: it exists (or is being created): idempotent by design
-                if error_code(exc) != "ResourceInUseException":
-                    raise
-            if not wait:
-                return
-            deadline = time.monotonic() + timeout_s
-            client.get_waiter("table_exists").wait(
-                TableName=table_name, WaiterConfig={"Delay": 2, "MaxAttempts": int(timeout_s // 2) + 1})
-            while True:
-                table = client.describe_table(TableName=table_name)["Table"]
-                indexes = {g["IndexName"]: g.get("IndexStatus", "ACTIVE")
-                           for g in table.get("GlobalSecondaryIndexes", [])}
-                missing = {codec.DUE_INDEX, codec.DEAD_INDEX} - set(indexes)
-                if missing:
-                    raise StoreError(f"table {table_name!r} exists without the index(es) "
-                                     f"{sorted(missing)}; it was not created by statebound")
-                if table["TableStatus"] == "ACTIVE" and all(s == "ACTIVE" for s in indexes.values()):
-                    break
-                if time.monotonic() > deadline:
-                    raise StoreError(f"table {table_name!r} not ACTIVE after {timeout_s} s")
-                time.sleep(2)
-            ttl = client.describe_time_to_live(TableName=table_name)["TimeToLiveDescription"]
-            if ttl.get("TimeToLiveStatus") == "DISABLED":
-                client.update_time_to_live(TableName=table_name, TimeToLiveSpecification={
-                    "Enabled": True, "AttributeName": "expires_at"})
+        _table.create_table(table_name, client, wait=wait, timeout_s=timeout_s)
+
+    def migrate(self) -> MigrationReport:
+        """Bring a table written by statebound 0.1 to this layout (idempotent; see
+        ``_migrate.py``). A sweep does it by itself when it finds 0.1's sweep cursors."""
+        report = migrate(self)
+        self._sweep.reset()
+        return report
 
     # ------------------------------------------------------------------ plumbing
     def _call(self, op: str, actions: Sequence[ActionInfo] | None = None, **kwargs: Any) -> Any:
@@ -331,12 +231,21 @@ class DynamoStore:
         """The due-index shard of a timer row (stable across processes)."""
         return codec.shard_of(key, self.shards)
 
-    def _scan_shards(self) -> list[int]:
+
         owned = self.owned_shards
         if owned is None:
             return list(range(self.shards))
         held = getattr(owned, "held", owned)
         return sorted(s for s in held if 0 <= s < self.shards)
+
+    @property
+    def fallback_ms(self) -> int:
+        """See the ``fallback_ms`` parameter (may be reassigned)."""
+        return self._sweep.fallback_ms
+
+    @fallback_ms.setter
+    def fallback_ms(self, value: int) -> None:
+        self._sweep.fallback_ms = value
 
     def _check_size(self, item: dict[str, Any], what: str) -> int:
         size = codec.item_size(item)
@@ -345,37 +254,6 @@ class DynamoStore:
                                f"400 KB (statebound refuses above {MAX_ITEM_BYTES:,} bytes)",
                                size, MAX_ITEM_BYTES)
         return size
-
-    def _hidden(self, key: TimerKey, now_ms: int | None) -> bool:
-        """Whether an index hit must be skipped: soft-claimed here, or gone (index lag)."""
-        with self._lock:
-            claim = self._claims.get(key)
-            if claim is not None and (now_ms is None or claim.expires_ms > now_ms):
-                return True
-            gone = self._gone.get(key)
-            return gone is not None and time.monotonic() - gone < GSI_LAG_S
-
-    def _overlay(self, row: TimerRow) -> TimerRow:
-        """Show this store's soft claim on a row the table says is pending."""
-        with self._lock:
-            claim = self._claims.get(row.key)
-        if claim is None or row.state != PENDING:
-            return row
-        return replace(row, state=CLAIMED, claimed_by=claim.node_id,
-                       claim_expires_ms=claim.expires_ms)
-
-    def _forget(self, keys: Collection[TimerKey], *, gone: bool) -> None:
-        with self._lock:
-            now = time.monotonic()
-            for key in keys:
-                self._claims.pop(key, None)
-                if gone:
-                    self._gone[key] = now
-                    self._gone.move_to_end(key)
-                else:
-                    self._gone.pop(key, None)
-            while self._gone and now - next(iter(self._gone.values())) >= GSI_LAG_S:
-                self._gone.popitem(last=False)
 
     # ------------------------------------------------------------------ positions
     #: Commits ``commit_many`` sends at once (threads sharing the one client). botocore keeps
@@ -418,7 +296,7 @@ class DynamoStore:
                 # DynamoDB refuses two actions on one item in a transaction
                 raise StoreError(f"commit writes instance {w.instance_id!r} twice")
             seen.add(w.instance_id)
-        self._check_claim(commit.complete)
+        self._sweep.check_claim(commit.complete)
         token = uuid.uuid4().hex
         purged: dict[TimerKey, str] = {}
         for w in commit.writes:
@@ -434,15 +312,6 @@ class DynamoStore:
         else:
             deferred = self._commit_transaction(commit, purged, token)
         self._after_commit(commit, purged, deferred)
-
-    def _check_claim(self, complete: TimerCompletion | None) -> None:
-        # A soft claim is invisible to DynamoDB, so its owner check happens here.
-        if complete is None or complete.node_id is None:
-            return
-        with self._lock:
-            claim = self._claims.get(complete.key)
-        if claim is not None and claim.node_id != complete.node_id:
-            raise ConflictError(f"timer {complete.key} is claimed by {claim.node_id!r}")
 
     def _position_condition(self, w: PositionWrite) -> dict[str, Any]:
         if w.expected_version is None:
@@ -536,7 +405,7 @@ class DynamoStore:
         if c.state == DEAD:
             names.update({"#attempts": "attempts", "#last_error": "last_error",
                           "#dead_pk": "dead_pk", "#dead_sk": "dead_sk"})
-            values.update({":one": N(1), ":dead_pk": S(codec.DEAD_PARTITION),
+            values.update({":one": N(1), ":dead_pk": S(codec.dead_partition(self.shard_of(c.key))),
                            ":dead_sk": S(codec.dead_sort_key(c.key)),
                            ":last_error": S((c.error or "")[:MAX_ERROR_CHARS])})
             sets += ["#attempts = #attempts + :one", "#last_error = :last_error",
@@ -550,7 +419,7 @@ class DynamoStore:
                            **cond}}
 
     def _timer_put_item(self, row: TimerRow) -> dict[str, Any]:
-        item = codec.timer_item(row, shards=self.shards, bucket_ms=self.bucket_ms)
+        item = codec.timer_item(row, shards=self.shards)
         self._check_size(item, f"timer row {row.key}")
         return item
 
@@ -651,17 +520,12 @@ class DynamoStore:
 
     def _after_commit(self, commit: Commit, purged: dict[TimerKey, str],
                       deferred: list[TimerKey]) -> None:
-        gone = set(commit.timers_delete) | set(purged)
-        if commit.complete is not None:
-            gone.add(commit.complete.key)
-        put_keys = {row.key for row in commit.timers_put}
-        self._forget(gone - put_keys, gone=True)
-        self._forget(put_keys, gone=False)
-        for row in commit.timers_put:
-            if row.state in (PENDING, CLAIMED):
-                self._lower_cursor(self.shard_of(row.key), row.ready_at_ms // self.bucket_ms)
+        self._sweep.after_commit(commit, purged)
         if deferred:
             self._delete_quietly(deferred)
+        for w in commit.writes:
+            if w.blob is None and commit.history_in_use:
+                _operator.purge_history(self, w.instance_id)
         for w in commit.writes:
             if w.blob is None and commit.history_in_use:
                 _operator.purge_history(self, w.instance_id)
@@ -688,282 +552,17 @@ class DynamoStore:
             except StoreError as exc:
                 log.warning("could not purge %d %s: %s", len(requests), what, exc)
 
-    # ------------------------------------------------------------------ sweep cursors
-    def _cursor_key(self, shard: int) -> dict[str, Any]:
-        return self._key(f"sweep#{shard}", _CURSOR_SK)
-
-    def _read_cursors(self, shards: Sequence[int]) -> dict[int, int]:
-        out: dict[int, int] = {}
-        for start in range(0, len(shards), 100):  # BatchGetItem takes 100 keys
-            keys = [self._cursor_key(s) for s in shards[start:start + 100]]
-            for _ in range(self._retries):
-                response = self._call("batch_get_item", RequestItems={
-                    self.table_name: {"Keys": keys, "ConsistentRead": True}})
-                for item in response.get("Responses", {}).get(self.table_name, []):
-                    out[int(item["pk"]["S"].split("#", 1)[1])] = int(item["bucket"]["N"])
-                keys = response.get("UnprocessedKeys", {}).get(self.table_name, {}).get("Keys", [])
-                if not keys:
-                    break
-        return out
-
-    def _learn_buckets(self, shards: Collection[int], now_ms: int | None) -> dict[int, list[int]]:
-        """One scan of the due index: the non-empty buckets of each of ``shards``, sorted.
-
-        Used to bootstrap a shard without a cursor (a new table) and to catch up a shard
-        far behind. With ``now_ms``, the buckets below ``now - settle_ms`` are remembered,
-        so sweeps skip the empty ones without reading them. Costs reads in proportion to
-        the pending rows (the projection trims the response, not the read cost).
-        """
-        wanted = set(shards)
-        found: dict[int, set[int]] = {s: set() for s in wanted}
-        for item in self._pages("scan", IndexName=codec.DUE_INDEX, ProjectionExpression="#g",
-                                ExpressionAttributeNames={"#g": "gsi_pk"}):
-            bucket_s, shard_s = item["gsi_pk"]["S"].split("#")
-            if int(shard_s) in wanted:
-                found[int(shard_s)].add(int(bucket_s))
-        out = {s: sorted(b) for s, b in found.items()}
-        if now_ms is not None:
-            horizon = self._floor_bucket(now_ms)
-            with self._lock:
-                for s, buckets in out.items():
-                    self._known[s] = ([b for b in buckets if b < horizon], horizon)
-        return out
-
-    def _floor_bucket(self, now_ms: int) -> int:
-        """The oldest bucket that may still receive rows: the one ``settle_ms`` ago."""
-        return max(0, (now_ms - self.settle_ms) // self.bucket_ms)
-
-    def _bucket_seq(self, shard: int, cursor: int, last: int, cap: int) -> list[int]:
-        """The buckets of ``shard`` to read, ascending, from ``cursor`` up to ``last``.
-
-        Below a scan's horizon only the buckets the scan saw non-empty are listed.
-        """
-        out: list[int] = []
-        bucket = cursor
-        with self._lock:
-            known = self._known.get(shard)
-            if known is not None and cursor >= known[1]:
-                del self._known[shard]  # swept past the scan's horizon: no longer needed
-                known = None
-        if known is not None:
-            buckets, horizon = known
-            for b in buckets[bisect.bisect_left(buckets, cursor):]:
-                if b > last or len(out) >= cap:
-                    return out
-                out.append(b)
-            bucket = horizon
-        while bucket <= last and len(out) < cap:
-            out.append(bucket)
-            bucket += 1
-        return out
-
-    def _knows_below(self, shard: int, cursor: int) -> bool:
-        with self._lock:
-            known = self._known.get(shard)
-        return known is not None and cursor < known[1]
-
-    def _create_cursor(self, shard: int, bucket: int) -> int:
-        try:
-            self._call("put_item", TableName=self.table_name,
-                       Item={**self._cursor_key(shard), "bucket": N(bucket)},
-                       ConditionExpression=cursor_absent, ExpressionAttributeNames={"#pk": "pk"})
-            return bucket
-        except ConflictError:
-            existing = self._read_cursors([shard]).get(shard, bucket)
-            if bucket < existing:
-                # our scan saw a pending row below that cursor: never leave it stranded
-                self._write_lower_cursor(shard, bucket)
-                return bucket
-            return existing
-
-    def _cursors(self, shards: Sequence[int], now_ms: int | None) -> dict[int, int]:
-        """The cursor of each shard, reading or bootstrapping the ones not known yet."""
-        with self._lock:
-            refresh = (now_ms is not None and self._cursor_read_now is not None
-                       and now_ms - self._cursor_read_now >= self.cursor_refresh_ms)
-            want = list(shards) if refresh else [s for s in shards if s not in self._cursor]
-            gen = self._cursor_gen
-        if want:
-            durable = self._read_cursors(want)
-            absent = [s for s in want if s not in durable]
-            if absent:
-                learnt = self._learn_buckets(absent, now_ms)
-                floor = None if now_ms is None else self._floor_bucket(now_ms)
-                for s in absent:
-                    bucket = learnt[s][0] if learnt.get(s) else None
-                    if floor is not None:
-                        bucket = floor if bucket is None else min(bucket, floor)
-                    if bucket is not None:  # else: nothing pending, and no "now" to anchor on
-                        durable[s] = self._create_cursor(s, bucket)
-            with self._lock:
-                for s, bucket in durable.items():
-                    local = self._cursor.get(s)
-                    # an in-process lowering that raced this read must survive it
-                    self._cursor[s] = bucket if local is None or gen == self._cursor_gen else min(local, bucket)
-                if now_ms is not None and (refresh or self._cursor_read_now is None):
-                    self._cursor_read_now = now_ms
-        with self._lock:
-            return {s: self._cursor[s] for s in shards if s in self._cursor}
-
-    def _write_lower_cursor(self, shard: int, bucket: int) -> None:
-        try:
-            self._call("update_item", TableName=self.table_name, Key=self._cursor_key(shard),
-                       UpdateExpression="SET #bucket = :new",
-                       ConditionExpression=f"{cursor_absent} OR {cursor_above}",
-                       ExpressionAttributeNames={"#pk": "pk", "#bucket": "bucket"},
-                       ExpressionAttributeValues={":new": N(bucket)})
-        except ConflictError:
-            pass  # already at or below it
-        except StoreError as exc:
-            # called after a commit landed: report, do not fail the commit
-            log.warning("could not lower the sweep cursor of shard %d to %d: %s", shard, bucket, exc)
-
-    def _lower_cursor(self, shard: int, bucket: int) -> None:
-        """A row was written below a cursor this store knows: move the cursor back to it."""
-        with self._lock:
-            current = self._cursor.get(shard)
-            if current is None or bucket >= current:
-                return
-            self._cursor[shard] = bucket
-            self._cursor_gen += 1
-            # the scan's list of non-empty buckets no longer covers this one
-            self._known.pop(shard, None)
-        self._write_lower_cursor(shard, bucket)
-
-    def _advance_cursor(self, shard: int, old: int, new: int) -> None:
-        with self._lock:
-            if self._cursor.get(shard) != old:
-                return  # lowered (or re-read) while we were scanning
-        try:
-            self._call("update_item", TableName=self.table_name, Key=self._cursor_key(shard),
-                       UpdateExpression="SET #bucket = :new", ConditionExpression=cursor_unchanged,
-                       ExpressionAttributeNames={"#bucket": "bucket"},
-                       ExpressionAttributeValues={":new": N(new), ":old": N(old)})
-        except ConflictError:
-            # another sweeper moved it (or a writer lowered it): re-read next time
-            with self._lock:
-                if self._cursor.get(shard) == old:
-                    del self._cursor[shard]
-            return
-        with self._lock:
-            if self._cursor.get(shard) == old:
-                self._cursor[shard] = new
-
-    def reset_sweep_cursors(self) -> None:
-        """Forget every shard's sweep cursor; the next sweep bootstraps with an index scan.
-
-        For operators, after clocks were so far off that rows were written into buckets
-        already swept past. Costs one index scan on the next ``claim_due``.
-        """
-        for s in range(self.shards):
-            self._call("delete_item", TableName=self.table_name, Key=self._cursor_key(s))
-        with self._lock:
-            self._cursor.clear()
-            self._known.clear()
-            self._cursor_gen += 1
-            self._cursor_read_now = None
-
     # ------------------------------------------------------------------ timers
-    def _query_bucket(self, bucket: int, shard: int, want: int, now_ms: int | None
-                      ) -> tuple[list[TimerRow], bool]:
-        """Up to ``want`` visible rows of one index partition, earliest first.
-
-        With ``now_ms``, only rows ready by then. Returns the rows and whether the
-        partition held anything at all (hidden rows included), which the cursor needs.
-        """
-        names = {"#gsi_pk": "gsi_pk"}
-        values = {":p": S(codec.due_partition(bucket, shard))}
-        expr = "#gsi_pk = :p"
-        if now_ms is not None:
-            names["#gsi_due"] = "gsi_due"
-            values[":now"] = N(now_ms)
-            expr += " AND #gsi_due <= :now"
-        rows: list[TimerRow] = []
-        saw_any = False
-        for item in self._pages("query", IndexName=codec.DUE_INDEX, KeyConditionExpression=expr,
-                                ExpressionAttributeNames=names, ExpressionAttributeValues=values,
-                                Limit=want + 8):  # a little slack for hidden rows
-            saw_any = True
-            row = codec.row_from_item(item)
-            if row.state not in (PENDING, CLAIMED) or self._hidden(row.key, now_ms):
-                continue
-            rows.append(row)
-            if len(rows) >= want:
-                break
-        return rows, saw_any
-
     def claim_due(self, now_ms: int, limit: int, node_id: str, lease_ms: int) -> list[TimerRow]:
         """Return up to ``limit`` rows ready by ``now_ms``, earliest first, soft-claimed.
 
-        Reads the due index bucket by bucket from each shard's cursor (restricted to
-        :attr:`owned_shards`) and writes no claim to DynamoDB: the commit that completes
-        a row is what guarantees it fires once (see the module doc). The index is
-        eventually consistent, so a row may show up just after another process fired
-        it; its commit then fails with ``ConflictError``.
+        Reads only the shards (of :attr:`owned_shards`) that are due by their hint, new to
+        this store object, or past ``fallback_ms`` (``_sweep.py``), one ``Query`` each, and
+        writes no claim to DynamoDB: the commit that completes a row is what guarantees it
+        fires once. The index is eventually consistent, so a row may show up just after
+        another process fired it; its commit then fails with ``ConflictError``.
         """
-        if limit <= 0:
-            return []
-        shards = self._scan_shards()
-        with self._lock:
-            self._last_now = now_ms
-        if not shards:
-            return []
-        cursors = self._cursors(shards, now_ms)
-        if not cursors:
-            return []
-        now_bucket = now_ms // self.bucket_ms
-        lagging = [sh for sh, c in cursors.items() if now_bucket - c > self.catch_up_buckets
-                   and not self._knows_below(sh, c)]
-        if lagging:
-            self._learn_buckets(lagging, now_ms)
-        seqs = {sh: self._bucket_seq(sh, c, now_bucket, self.max_scan_buckets)
-                for sh, c in cursors.items()}
-        by_bucket: dict[int, list[int]] = {}
-        for sh, seq in seqs.items():
-            for bucket in seq:
-                by_bucket.setdefault(bucket, []).append(sh)
-        chosen: list[TimerRow] = []
-        nonempty: set[tuple[int, int]] = set()
-        scanned_to: int | None = None
-        for bucket in sorted(by_bucket):
-            want = limit - len(chosen)
-            found: list[TimerRow] = []
-            for sh in by_bucket[bucket]:
-                rows, saw_any = self._query_bucket(bucket, sh, want, now_ms)
-                if saw_any:
-                    nonempty.add((sh, bucket))
-                found.extend(rows)
-            # buckets partition time, so the earliest `want` of this bucket come next
-            found.sort(key=lambda r: (r.ready_at_ms, r.instance_id, r.ordinal))
-            chosen.extend(found[:want])
-            scanned_to = bucket
-            if len(chosen) >= limit:
-                break
-        for sh, seq in seqs.items():
-            old = cursors[sh]
-            # the cursor moves to the first bucket not proven empty: read and found empty
-            # after it settled, or skipped because a scan saw it empty (see _bucket_seq)
-            new = seq[-1] + 1 if seq else old
-            for bucket in seq:
-                if (scanned_to is None or bucket > scanned_to or (sh, bucket) in nonempty
-                        or (bucket + 1) * self.bucket_ms + self.settle_ms > now_ms):
-                    new = bucket
-                    break
-            if new > old:
-                self._advance_cursor(sh, old, new)
-        expires = now_ms + lease_ms
-        out = []
-        with self._lock:
-            for row in chosen:
-                if self._hidden(row.key, now_ms):
-                    continue  # another thread of this store claimed it while we read
-                self._claims[row.key] = _Claim(node_id, expires)
-                self._claims.move_to_end(row.key)
-                out.append(replace(row, state=CLAIMED, claimed_by=node_id, claim_expires_ms=expires))
-            # soft claims are only an optimisation: bound them, oldest out first
-            while len(self._claims) > 100_000:
-                self._claims.popitem(last=False)
-        return out
+        return self._sweep.claim_due(now_ms, limit, node_id, lease_ms)
 
     def release(self, key: TimerKey, node_id: str, *, error: str, next_attempt_at_ms: int,
                 dead: bool) -> None:
@@ -973,93 +572,32 @@ class DynamoStore:
         are unchanged, so two sweepers that both failed the same row count one attempt,
         and a row completed meanwhile is left alone. A no-op if the row is gone or done.
         """
-        with self._lock:
-            claim = self._claims.get(key)
-        if claim is not None and claim.node_id != node_id:
-            return
-        response = self._call("get_item", TableName=self.table_name, Key=self._timer_key(key),
-                              ConsistentRead=True)
-        item = response.get("Item")
-        if item is None:
-            self._forget([key], gone=True)
-            return
-        row = codec.row_from_item(item)
-        if row.state == DONE or (row.state == CLAIMED and row.claimed_by not in (None, node_id)):
-            self._forget([key], gone=row.state == DONE)
-            return
-        new = replace(row, state=DEAD if dead else PENDING, attempts=row.attempts + 1,
-                      last_error=error[:MAX_ERROR_CHARS], next_attempt_at_ms=next_attempt_at_ms,
-                      claimed_by=None, claim_expires_ms=None)
-        try:
-            self._call("put_item", TableName=self.table_name, Item=self._timer_put_item(new),
-                       ConditionExpression=row_unchanged,
-                       ExpressionAttributeNames={"#state": "state", "#attempts": "attempts"},
-                       ExpressionAttributeValues={":seen_state": S(row.state),
-                                                  ":seen_attempts": N(row.attempts)})
-        except ConflictError:
-            pass  # someone else released or completed it first
-        self._forget([key], gone=False)
-        if not dead:
-            self._lower_cursor(self.shard_of(key), new.ready_at_ms // self.bucket_ms)
+        self._sweep.release(key, node_id, error=error, next_attempt_at_ms=next_attempt_at_ms, dead=dead)
 
     def next_due(self) -> int | None:
         """Best-effort earliest ready time among this store's shards, or ``None``.
 
-        Probes the due index bucket by bucket from the oldest cursor to
-        ``next_due_horizon_ms`` past the last sweep; if that finds nothing, scans the
-        index (at most ``next_due_scan_items`` items). If the scan is cut short, returns
-        the end of the probed window: nothing is due before it, so a loop that sleeps
-        until then wakes in time. Rows soft-claimed here count at their claim expiry.
+        The lowest shard hint (a lower bound: rows other processes wrote since a shard was
+        last read may be missing), or a soft claim's expiry if sooner. Costs nothing once
+        every owned shard has been read; a shard never read is peeked at with one ``Query``.
         """
-        shards = self._scan_shards()
-        with self._lock:
-            claimed = [c.expires_ms for c in self._claims.values()]
-            last_now = self._last_now
-        best = min(claimed) if claimed else None
-        if not shards:
-            return best
-        cursors = self._cursors(shards, None)
-        if not cursors:
-            return best
-        start = min(cursors.values())
-        base = max(start, last_now // self.bucket_ms) if last_now is not None else start
-        end = base + max(1, self.next_due_horizon_ms // self.bucket_ms)
-        by_bucket: dict[int, list[int]] = {}
-        for s, c in cursors.items():
-            for bucket in self._bucket_seq(s, c, end, end - start + 1):
-                by_bucket.setdefault(bucket, []).append(s)
-        found: int | None = None
-        for bucket in sorted(by_bucket):
-            for s in by_bucket[bucket]:
-                rows, _ = self._query_bucket(bucket, s, 1, None)
-                if rows and (found is None or rows[0].ready_at_ms < found):
-                    found = rows[0].ready_at_ms
-            if found is not None:
-                break
-        if found is None:
-            found = self._scan_earliest(set(shards), (end + 1) * self.bucket_ms)
-        if found is None:
-            return best
-        return found if best is None else min(best, found)
+        return self._sweep.next_due()
 
-    def _scan_earliest(self, shards: set[int], bound: int) -> int | None:
-        earliest: int | None = None
-        read = 0
-        for item in self._pages("scan", IndexName=codec.DUE_INDEX,
-                                ProjectionExpression="#pk, #ordinal, #gsi_pk, #gsi_due",
-                                ExpressionAttributeNames={"#pk": "pk", "#ordinal": "ordinal",
-                                                          "#gsi_pk": "gsi_pk", "#gsi_due": "gsi_due"},
-                                Limit=min(self.next_due_scan_items, 1_000)):
-            read += 1
-            if read > self.next_due_scan_items:
-                return bound if earliest is None else min(earliest, bound)
-            shard = int(item["gsi_pk"]["S"].split("#")[1])
-            key = (item["pk"]["S"], int(item["ordinal"]["N"]))
-            if shard not in shards or self._hidden(key, None):
-                continue
-            due = int(item["gsi_due"]["N"])
-            earliest = due if earliest is None else min(earliest, due)
-        return earliest
+    def pending_before(self, until_ms: int, limit: int = 1_000) -> list[TimerRow]:
+        """Pending rows of the owned shards ready by ``until_ms``, earliest first, without
+        claiming them: one ``Query`` per shard. A fallback sweep uses it to ask wake-ups
+        for what comes due before it runs again."""
+        return self._sweep.pending_before(until_ms, limit)
+
+    def shard_hints(self) -> dict[int, int | None]:
+        """What this store object knows of each shard it read: the earliest ready time it
+        saw there (``None``: nothing pending). For operators and tests."""
+        return self._sweep.hints()
+
+    def reset_sweep_cursors(self) -> None:
+        """Forget every shard hint, so the next sweep reads every shard (0.1's name kept:
+        there are no cursors any more)."""
+        self._sweep.reset()
 
     def pending_timers(self, instance_id: str) -> list[TimerRow]:
         """The instance's rows that are not done (pending, claimed or dead), by ordinal."""
@@ -1071,48 +609,17 @@ class DynamoStore:
             ExpressionAttributeNames={"#pk": "pk", "#sk": "sk", "#state": "state"},
             ExpressionAttributeValues={":pk": S(instance_id), ":timers": S(codec.TIMER_PREFIX),
                                        ":done": S(DONE)})]
-        return sorted((self._overlay(r) for r in rows), key=lambda r: r.ordinal)
+        return sorted((self._sweep.overlay(r) for r in rows), key=lambda r: r.ordinal)
 
     def dead_timers(self, limit: int = 100) -> Sequence[TimerRow]:
-        """Rows parked as dead, by key, from the sparse ``dead-index`` (eventually consistent)."""
-        if limit <= 0:
-            return []
-        out: list[TimerRow] = []
-        for item in self._pages("query", IndexName=codec.DEAD_INDEX,
-                                KeyConditionExpression="#dead_pk = :dead",
-                                ExpressionAttributeNames={"#dead_pk": "dead_pk"},
-                                ExpressionAttributeValues={":dead": S(codec.DEAD_PARTITION)},
-                                Limit=limit):
-            row = codec.row_from_item(item)
-            if row.state == DEAD:
-                out.append(row)
-                if len(out) >= limit:
-                    break
-        return out
+        """Rows parked as dead, by key, from the sparse ``dead-index`` (eventually
+        consistent): one ``Query`` per shard."""
+        return self._sweep.dead_timers(limit)
 
     def retry_timer(self, key: TimerKey, now_ms: int) -> bool:
         """Revive a dead row (pending, attempts reset, due ``now_ms``): one UpdateItem."""
         codec.check_id(key[0])
-        shard = self.shard_of(key)
-        try:
-            self._call(
-                "update_item", TableName=self.table_name, Key=self._timer_key(key),
-                UpdateExpression=("SET #state = :pending, #attempts = :zero, #due = :now, "
-                                  "#gsi_pk = :partition, #gsi_due = :now "
-                                  "REMOVE #next, #last_error, #dead_pk, #dead_sk"),
-                ConditionExpression=row_is_dead,
-                ExpressionAttributeNames={
-                    "#state": "state", "#attempts": "attempts", "#due": "due_at_ms",
-                    "#gsi_pk": "gsi_pk", "#gsi_due": "gsi_due", "#next": "next_attempt_at_ms",
-                    "#last_error": "last_error", "#dead_pk": "dead_pk", "#dead_sk": "dead_sk"},
-                ExpressionAttributeValues={
-                    ":pending": S(PENDING), ":zero": N(0), ":now": N(now_ms), ":dead": S(DEAD),
-                    ":partition": S(codec.due_partition(now_ms // self.bucket_ms, shard))})
-        except ConflictError:
-            return False
-        self._forget([key], gone=False)
-        self._lower_cursor(shard, now_ms // self.bucket_ms)
-        return True
+        return self._sweep.retry_timer(key, now_ms)
 
     def get_timer(self, key: TimerKey) -> TimerRow | None:
         """One row by key, in any state: one strongly consistent GetItem."""
@@ -1120,4 +627,4 @@ class DynamoStore:
         response = self._call("get_item", TableName=self.table_name, Key=self._timer_key(key),
                               ConsistentRead=True)
         item = response.get("Item")
-        return None if item is None else self._overlay(codec.row_from_item(item))
+        return None if item is None else self._sweep.overlay(codec.row_from_item(item))

@@ -1,0 +1,446 @@
+"""The sweep half of :class:`~statebound.dynamodb.DynamoStore`: what is due, and when to look.
+
+The due index is partitioned by shard (``gsi_pk = "due#<shard>"``) and sorted by ready
+time, so one ``Query`` of a shard, earliest first, answers both questions a sweeper asks:
+which rows are ready now (the items up to now), and when the shard is next due (the first
+item after them). The second answer is kept per shard as its **hint**, and a shard is read
+only when
+
+* its hint says a row is ready (``hint <= now``),
+* this store object has not read it yet (a new sweeper, a shard just leased), or
+* it was last read ``fallback_ms`` ago: the slow fallback, which finds rows that other
+  processes wrote without a wake-up.
+
+So an idle sweeper sends no request per sweep: one ``Query`` per shard per ``fallback_ms``,
+whatever the number of pending rows, and never a ``Scan``.
+
+A hint is a lower bound (no pending row of the shard is ready before it, as far as this
+store object knows), one integer per shard in memory. Everything the store object learns
+lowers it: its own commits, releases and retries, and the rows it soft-claimed (at their
+claim expiry). A row written by another process is found at the next fallback read of its
+shard, or at once by a wake-up (``host/wakeup.py``), which fires the row by its key and
+never consults a hint.
+
+**Index lag.** A GSI trails its table by up to about a second, so a ``Query`` just after
+a write may miss the new row. A row this store wrote less than :data:`GSI_LAG_S` ago that
+a read did not return holds the shard's hint at its ready time, so the shard is read again
+then rather than at the next fallback.
+
+**Soft claims.** ``claim_due`` writes nothing to DynamoDB: the commit that completes a
+row is what makes it fire once (its completion condition refuses a second commit). Within
+one store object claims are still exclusive, kept in memory until ``claim_expires_ms``, so
+threads of one sweeper never fire a row twice. Other processes see a soft-claimed row as
+``pending``.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
+
+from ..exceptions import ConflictError
+from ..host.store import CLAIMED, DEAD, DONE, PENDING, Commit, TimerCompletion, TimerKey, TimerRow
+from . import _codec as codec
+from ._codec import N, S
+
+if TYPE_CHECKING:
+    from .store import DynamoStore
+
+__all__ = ["Sweep", "GSI_LAG_S", "NEVER", "MAX_ERROR_CHARS"]
+
+log = logging.getLogger(__name__)
+
+#: How long (wall seconds) DynamoDB's GSIs may trail the table: rows this store completed
+#: are hidden from its index reads, and rows it wrote hold their shard's hint, that long.
+GSI_LAG_S = 5.0
+#: A hint meaning "nothing pending was seen in this shard".
+NEVER = 1 << 62
+#: ``last_error`` is truncated to this many characters, so a long traceback cannot push a
+#: timer row over the item limit on the failure path.
+MAX_ERROR_CHARS = 8_000
+#: Soft claims kept at most (they are an optimisation: the oldest go first).
+MAX_CLAIMS = 100_000
+#: Extra items a shard read asks for beyond what it wants, for rows it must skip
+#: (soft-claimed here, or completed and still in the lagging index).
+_SLACK = 8
+
+# Named clauses of the conditions used here.
+row_is_dead = "#state = :dead"
+row_unchanged = "#state = :seen_state AND #attempts = :seen_attempts"
+
+
+@dataclass(slots=True)
+class _Claim:
+    """A soft claim: this store handed the row to ``node_id`` until ``expires_ms``."""
+
+    node_id: str
+    expires_ms: int
+    shard: int
+
+
+@dataclass(slots=True)
+class _Shard:
+    """What this store object knows of one shard."""
+
+    hint: int      # no pending row (not soft-claimed here) is ready before this; NEVER: none seen
+    read_at: int   # the now_ms of the last read; -NEVER: never read at a known time
+    hint_key: TimerKey | None = None   # the row the hint came from, while it is exact
+    exact: bool = True                 # False once that row is gone: still a bound, no longer the earliest
+
+
+def _order(row: TimerRow) -> tuple[int, str, int]:
+    return (row.ready_at_ms, row.instance_id, row.ordinal)
+
+
+class Sweep:
+    """The sweep state of one :class:`DynamoStore` object, shared by its threads."""
+
+    def __init__(self, store: DynamoStore, fallback_ms: int) -> None:
+        self.store = store
+        self.fallback_ms = fallback_ms
+        self.lock = threading.RLock()
+        self._claims: OrderedDict[TimerKey, _Claim] = OrderedDict()
+        self._gone: OrderedDict[TimerKey, float] = OrderedDict()
+        # rows written here lately: key -> (shard, ready_at_ms, monotonic time written)
+        self._recent: OrderedDict[TimerKey, tuple[int, int, float]] = OrderedDict()
+        self._shards: dict[int, _Shard] = {}
+        self._legacy_checked = False
+        self.last_now: int | None = None
+
+    # ------------------------------------------------------------------ local knowledge
+    def hidden(self, key: TimerKey, now_ms: int | None) -> bool:
+        """Whether an index hit must be skipped: soft-claimed here, or gone (index lag)."""
+        with self.lock:
+            claim = self._claims.get(key)
+            if claim is not None and (now_ms is None or claim.expires_ms > now_ms):
+                return True
+            gone = self._gone.get(key)
+            return gone is not None and time.monotonic() - gone < GSI_LAG_S
+
+    def overlay(self, row: TimerRow) -> TimerRow:
+        """Show this store's soft claim on a row the table says is pending."""
+        with self.lock:
+            claim = self._claims.get(row.key)
+        if claim is None or row.state != PENDING:
+            return row
+        return replace(row, state=CLAIMED, claimed_by=claim.node_id, claim_expires_ms=claim.expires_ms)
+
+    def check_claim(self, complete: TimerCompletion | None) -> None:
+        """A soft claim is invisible to DynamoDB, so a commit checks its owner here."""
+        if complete is None or complete.node_id is None:
+            return
+        with self.lock:
+            claim = self._claims.get(complete.key)
+        if claim is not None and claim.node_id != complete.node_id:
+            raise ConflictError(f"timer {complete.key} is claimed by {claim.node_id!r}")
+
+    def forget(self, keys: Collection[TimerKey], *, gone: bool) -> None:
+        """Drop the soft claims of ``keys``; with ``gone``, hide them from index reads a while."""
+        with self.lock:
+            now = time.monotonic()
+            for key in keys:
+                self._claims.pop(key, None)
+                self._recent.pop(key, None)
+                if gone:
+                    self._gone[key] = now
+                    self._gone.move_to_end(key)
+                else:
+                    self._gone.pop(key, None)
+            while self._gone and now - next(iter(self._gone.values())) >= GSI_LAG_S:
+                self._gone.popitem(last=False)
+            if gone:
+                for state in self._shards.values():
+                    if state.hint_key is not None and state.hint_key in keys:
+                        # the earliest row went: the hint stays a safe bound, but next_due re-reads
+                        state.hint_key, state.exact = None, False
+
+    def note_write(self, key: TimerKey, ready_ms: int) -> None:
+        """A pending row was written here: lower its shard's hint, and remember it while
+        the index may not show it yet."""
+        shard = self.store.shard_of(key)
+        with self.lock:
+            state = self._shards.get(shard)
+            if state is not None and ready_ms <= state.hint:
+                state.hint, state.hint_key = ready_ms, key
+            now = time.monotonic()
+            self._recent[key] = (shard, ready_ms, now)
+            self._recent.move_to_end(key)
+            while self._recent and now - next(iter(self._recent.values()))[2] >= GSI_LAG_S:
+                self._recent.popitem(last=False)
+
+    def after_commit(self, commit: Commit, purged: Collection[TimerKey]) -> None:
+        """Fold a landed commit into the local state."""
+        gone = set(commit.timers_delete) | set(purged)
+        if commit.complete is not None:
+            gone.add(commit.complete.key)
+        put_keys = {row.key for row in commit.timers_put}
+        self.forget(gone - put_keys, gone=True)
+        self.forget(put_keys, gone=False)
+        for row in commit.timers_put:
+            if row.state in (PENDING, CLAIMED):
+                self.note_write(row.key, row.ready_at_ms)
+
+    def reset(self) -> None:
+        """Forget every hint: the next sweep reads every shard."""
+        with self.lock:
+            self._shards.clear()
+
+    def hints(self) -> dict[int, int | None]:
+        """The hint of each shard read so far (``None``: nothing pending seen)."""
+        with self.lock:
+            return {s: (None if st.hint >= NEVER else st.hint) for s, st in sorted(self._shards.items())}
+
+    # ------------------------------------------------------------------ shards
+    def owned(self, *, refresh: bool) -> list[int]:
+        """The shards to sweep: all, or the ``owned_shards`` of the store. With ``refresh``,
+        an owner that renews on its own schedule (``ShardLeases.maybe_acquire``) may do so."""
+        store = self.store
+        owned = store.owned_shards
+        if owned is None:
+            return list(range(store.shards))
+        if refresh:
+            renew = getattr(owned, "maybe_acquire", None)
+            if callable(renew):
+                renew()
+        held = getattr(owned, "held", owned)
+        return sorted(s for s in held if 0 <= s < store.shards)
+
+    def _claim_minima(self) -> dict[int, int]:
+        out: dict[int, int] = {}
+        for claim in self._claims.values():
+            if claim.expires_ms < out.get(claim.shard, NEVER):
+                out[claim.shard] = claim.expires_ms
+        return out
+
+    def _stale(self, shard: int, now_ms: int, claim_min: dict[int, int]) -> bool:
+        state = self._shards.get(shard)
+        if state is None or now_ms - state.read_at >= self.fallback_ms:
+            return True
+        return min(state.hint, claim_min.get(shard, NEVER)) <= now_ms
+
+    def read(self, shard: int, now_ms: int | None, want: int) -> list[TimerRow]:
+        """One ``Query`` of a shard, earliest first: up to ``want`` visible rows ready by
+        ``now_ms``, and the shard's new hint. With ``now_ms=None`` (a peek), no rows, and the
+        hint is the first visible row's ready time."""
+        store = self.store
+        due: list[TimerRow] = []
+        hint = NEVER
+        hint_key: TimerKey | None = None
+        seen: set[TimerKey] = set()
+        started = time.monotonic()
+        for item in store._pages("query", IndexName=codec.DUE_INDEX,
+                                 KeyConditionExpression="#gsi_pk = :p",
+                                 ExpressionAttributeNames={"#gsi_pk": "gsi_pk"},
+                                 ExpressionAttributeValues={":p": S(codec.due_partition(shard))},
+                                 Limit=want + 1 + _SLACK):
+            row = codec.row_from_item(item)
+            seen.add(row.key)
+            if row.state not in (PENDING, CLAIMED):
+                continue  # a stale index entry
+            if now_ms is not None and row.ready_at_ms > now_ms:
+                hint, hint_key = row.ready_at_ms, row.key
+                break
+            if self.hidden(row.key, now_ms):
+                continue
+            if now_ms is None or len(due) >= want:
+                hint, hint_key = row.ready_at_ms, row.key   # a peek, or more ready than wanted
+                break
+            due.append(row)
+        with self.lock:
+            for key, (s, ready, written) in self._recent.items():
+                if s == shard and key not in seen and started - written < GSI_LAG_S and ready <= hint:
+                    hint, hint_key = ready, key   # the index may not show it yet
+            if now_ms is not None:
+                read_at = now_ms
+            else:
+                known = self._shards.get(shard)
+                read_at = known.read_at if known is not None else -NEVER
+            self._shards[shard] = _Shard(hint, read_at, hint_key)
+        return due
+
+    # ------------------------------------------------------------------ the Store verbs
+    def claim_due(self, now_ms: int, limit: int, node_id: str, lease_ms: int) -> list[TimerRow]:
+        """Up to ``limit`` rows ready by ``now_ms``, earliest first, soft-claimed.
+
+        Reads only the shards that are due, new to this store object, or past their
+        fallback (see the module doc); writes nothing to DynamoDB.
+        """
+        if limit <= 0:
+            return []
+        self.check_legacy()
+        shards = self.owned(refresh=True)
+        with self.lock:
+            self.last_now = now_ms
+            claim_min = self._claim_minima()
+            wanted = [s for s in shards if self._stale(s, now_ms, claim_min)]
+        found: list[TimerRow] = []
+        for shard in wanted:
+            found.extend(self.read(shard, now_ms, limit))
+        found.sort(key=_order)
+        expires = now_ms + lease_ms
+        out: list[TimerRow] = []
+        with self.lock:
+            for row in found[limit:]:
+                # ready rows left for the next call: keep their shards due
+                state = self._shards[self.store.shard_of(row.key)]
+                if row.ready_at_ms <= state.hint:
+                    state.hint, state.hint_key = row.ready_at_ms, row.key
+            for row in found[:limit]:
+                if self.hidden(row.key, now_ms):
+                    continue  # another thread of this store claimed it while we read
+                self._claims[row.key] = _Claim(node_id, expires, self.store.shard_of(row.key))
+                self._claims.move_to_end(row.key)
+                out.append(replace(row, state=CLAIMED, claimed_by=node_id, claim_expires_ms=expires))
+            while len(self._claims) > MAX_CLAIMS:
+                self._claims.popitem(last=False)
+        return out
+
+    def next_due(self) -> int | None:
+        """The earliest hint among the owned shards, or a soft claim's expiry if sooner;
+        ``None`` if neither. A shard not read yet, or whose earliest row this store has
+        since completed or deleted, is peeked at with one ``Query``."""
+        shards = self.owned(refresh=False)
+        with self.lock:
+            unknown = [s for s in shards if s not in self._shards or not self._shards[s].exact]
+        for shard in unknown:
+            self.read(shard, None, 0)
+        with self.lock:
+            times = [self._shards[s].hint for s in shards if s in self._shards]
+            times += [c.expires_ms for c in self._claims.values()]
+        best = min(times, default=NEVER)
+        return None if best >= NEVER else best
+
+    def pending_before(self, until_ms: int, limit: int) -> list[TimerRow]:
+        """Pending rows of the owned shards ready by ``until_ms``, earliest first, without
+        claiming them: one ``Query`` per shard, reading only those rows."""
+        rows: list[TimerRow] = []
+        if limit <= 0:
+            return rows
+        for shard in self.owned(refresh=False):
+            got = 0
+            for item in self.store._pages(
+                    "query", IndexName=codec.DUE_INDEX,
+                    KeyConditionExpression="#gsi_pk = :p AND #gsi_due <= :until",
+                    ExpressionAttributeNames={"#gsi_pk": "gsi_pk", "#gsi_due": "gsi_due"},
+                    ExpressionAttributeValues={":p": S(codec.due_partition(shard)), ":until": N(until_ms)},
+                    Limit=min(limit, 1_000)):
+                row = codec.row_from_item(item)
+                if row.state in (PENDING, CLAIMED) and not self.hidden(row.key, None):
+                    rows.append(row)
+                    got += 1
+                    if got >= limit:
+                        break
+        rows.sort(key=_order)
+        return rows[:limit]
+
+    def release(self, key: TimerKey, node_id: str, *, error: str, next_attempt_at_ms: int,
+                dead: bool) -> None:
+        """Give a row back after a failed delivery (see :meth:`DynamoStore.release`)."""
+        store = self.store
+        with self.lock:
+            claim = self._claims.get(key)
+        if claim is not None and claim.node_id != node_id:
+            return
+        response = store._call("get_item", TableName=store.table_name, Key=store._timer_key(key),
+                               ConsistentRead=True)
+        item = response.get("Item")
+        if item is None:
+            self.forget([key], gone=True)
+            return
+        row = codec.row_from_item(item)
+        if row.state == DONE or (row.state == CLAIMED and row.claimed_by not in (None, node_id)):
+            self.forget([key], gone=row.state == DONE)
+            return
+        new = replace(row, state=DEAD if dead else PENDING, attempts=row.attempts + 1,
+                      last_error=error[:MAX_ERROR_CHARS], next_attempt_at_ms=next_attempt_at_ms,
+                      claimed_by=None, claim_expires_ms=None)
+        try:
+            store._call("put_item", TableName=store.table_name, Item=store._timer_put_item(new),
+                        ConditionExpression=row_unchanged,
+                        ExpressionAttributeNames={"#state": "state", "#attempts": "attempts"},
+                        ExpressionAttributeValues={":seen_state": S(row.state),
+                                                   ":seen_attempts": N(row.attempts)})
+        except ConflictError:
+            pass  # someone else released or completed it first
+        self.forget([key], gone=dead)
+        if not dead:
+            self.note_write(key, new.ready_at_ms)
+
+    def retry_timer(self, key: TimerKey, now_ms: int) -> bool:
+        """Revive a dead row: one conditional ``UpdateItem`` back into the due index."""
+        store = self.store
+        try:
+            store._call(
+                "update_item", TableName=store.table_name, Key=store._timer_key(key),
+                UpdateExpression=("SET #state = :pending, #attempts = :zero, #due = :now, "
+                                  "#gsi_pk = :partition, #gsi_due = :now "
+                                  "REMOVE #next, #last_error, #dead_pk, #dead_sk"),
+                ConditionExpression=row_is_dead,
+                ExpressionAttributeNames={
+                    "#state": "state", "#attempts": "attempts", "#due": "due_at_ms",
+                    "#gsi_pk": "gsi_pk", "#gsi_due": "gsi_due", "#next": "next_attempt_at_ms",
+                    "#last_error": "last_error", "#dead_pk": "dead_pk", "#dead_sk": "dead_sk"},
+                ExpressionAttributeValues={
+                    ":pending": S(PENDING), ":zero": N(0), ":now": N(now_ms), ":dead": S(DEAD),
+                    ":partition": S(codec.due_partition(store.shard_of(key)))})
+        except ConflictError:
+            return False
+        self.forget([key], gone=False)
+        self.note_write(key, now_ms)
+        return True
+
+    def dead_timers(self, limit: int) -> Sequence[TimerRow]:
+        """Dead rows by key: one ``Query`` per shard's dead partition (and 0.1's), merged."""
+        if limit <= 0:
+            return []
+        out: list[TimerRow] = []
+        partitions = [codec.dead_partition(s) for s in range(self.store.shards)]
+        for partition in [*partitions, codec.LEGACY_DEAD_PARTITION]:
+            got = 0
+            for item in self.store._pages("query", IndexName=codec.DEAD_INDEX,
+                                          KeyConditionExpression="#dead_pk = :dead",
+                                          ExpressionAttributeNames={"#dead_pk": "dead_pk"},
+                                          ExpressionAttributeValues={":dead": S(partition)},
+                                          Limit=limit):
+                row = codec.row_from_item(item)
+                if row.state == DEAD:
+                    out.append(row)
+                    got += 1
+                    if got >= limit:
+                        break
+        out.sort(key=lambda r: r.key)
+        return out[:limit]
+
+    # ------------------------------------------------------------------ 0.1 tables
+    def check_legacy(self) -> None:
+        """Once per store object: if the table still has 0.1 sweep cursors, migrate it.
+
+        One ``BatchGetItem`` of the cursor keys; a table this version created has none.
+        """
+        with self.lock:
+            if self._legacy_checked:
+                return
+            self._legacy_checked = True
+        store = self.store
+        keys: list[dict[str, Any]] = [store._key(f"{codec.LEGACY_CURSOR_PREFIX}{s}", codec.LEGACY_CURSOR_SK)
+                                      for s in range(store.shards)]
+        found = False
+        for start in range(0, len(keys), 100):  # BatchGetItem takes 100 keys
+            batch = keys[start:start + 100]
+            for _ in range(store._retries):
+                response = store._call("batch_get_item", RequestItems={
+                    store.table_name: {"Keys": batch, "ProjectionExpression": "#pk",
+                                       "ExpressionAttributeNames": {"#pk": "pk"}}})
+                found = found or bool(response.get("Responses", {}).get(store.table_name))
+                batch = response.get("UnprocessedKeys", {}).get(store.table_name, {}).get("Keys", [])
+                if not batch:
+                    break
+        if found:
+            log.warning("table %r has 0.1 sweep cursors: migrating its index layout once",
+                        store.table_name)
+            store.migrate()
