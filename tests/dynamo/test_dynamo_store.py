@@ -313,26 +313,6 @@ def test_cold_start_finds_rows_due_long_ago_with_one_query_per_shard(mock_client
     assert calls.take() == ["BatchGetItem"] + ["Query"] * sweeper.shards
 
 
-def test_idle_sweeper_reads_each_shard_once_per_fallback(mock_client, table, calls):
-    """In-process moto, counted with botocore hooks: 1,000 rows an hour out, a sweep every
-    second for ten minutes: one Query per shard per fallback_ms (60 s), no Scan, and the
-    rows are never read one by one."""
-    store = make_store(mock_client, table, shards=16)
-    for first in range(0, 1_000, 50):
-        store.commit(Commit(timers_put=tuple(timer(f"i{n}", 1, T0 + 3_600_000 + n)
-                                             for n in range(first, first + 50))))
-    sweeper = make_store(mock_client, table, shards=16)
-    calls.take()
-    for second in range(600):
-        assert sweeper.claim_due(T0 + second * 1_000, 100, "n1", MINUTE) == []
-    names = calls.take()
-    assert "Scan" not in names
-    assert names.count("Query") == 16 * 10           # minutes 0..9, one read per shard each
-    assert len(names) == 16 * 10 + 1                  # + the one-off 0.1-table check
-    assert sweeper.next_due() == T0 + 3_600_000
-    assert calls.take() == []                         # the hints answer next_due
-
-
 def test_rows_of_this_store_lower_the_hint_rows_of_others_wait_for_the_fallback(mock_client, table):
     """In-process moto: a row written through the sweeping store object is seen when due; a
     row another process wrote is found by the fallback read (or by a wake-up, elsewhere)."""
@@ -442,12 +422,18 @@ def test_a_0_1_table_is_migrated_by_the_first_sweep(mock_client, table, calls):
     for shard in range(store.shards):
         mock_client.put_item(TableName=table, Item={"pk": {"S": f"sweep#{shard}"}, "sk": {"S": "C"},
                                                     "bucket": {"N": str(T0 // MINUTE - 5)}})
+        mock_client.put_item(TableName=table, Item={"pk": {"S": f"lease#{shard}"}, "sk": {"S": "L"},
+                                                    "owner": {"S": "old-node"}, "expires_ms": {"N": "1"}})
+    mock_client.put_item(TableName=table, Item={"pk": {"S": "lease#members"}, "sk": {"S": "N#old-node"},
+                                                "node": {"S": "old-node"}, "expires_ms": {"N": "1"}})
+    create(store, "lease#members")   # an instance in the members partition survives the clean-up
     sweeper = make_store(mock_client, table)
     calls.take()
     assert [r.key for r in sweeper.claim_due(T0, 10, "n1", 10 * MINUTE)] == [("old", 1)]
     names = calls.take()
     assert names.count("Scan") == 1   # the one-off migration
-    assert not any(i["pk"]["S"].startswith("sweep#") for i in table_items(mock_client, table))
+    assert {(i["pk"]["S"], i["sk"]["S"]) for i in table_items(mock_client, table)
+            if i["pk"]["S"].startswith(("sweep#", "lease#"))} == {("lease#members", "P")}
     assert {i["gsi_pk"]["S"] for i in table_items(mock_client, table, DUE_INDEX)} == {
         f"due#{store.shard_of(k)}" for k in [("old", 1), ("old", 2)]}
     assert [r.key for r in sweeper.dead_timers()] == [("old", 3)]

@@ -10,10 +10,11 @@ One table, ``pk`` (S) + ``sk`` (S)::
                                       idem (the retained inbound idempotency keys)
     <instance id>      T#<ordinal>    timer or outbox row scheduled by that instance (ordinal
                                       zero-padded); ``kind`` is absent for a timer
-    lease#<shard>      L              a shard lease (see leases.py)
-    lease#members      N#<node id>    a sweeper node's membership heartbeat (see leases.py)
+    lease#board        B              the shard lease board: owners and heartbeats (leases.py)
     cli#charts         R#<name>...    a chart revision the CLI remembers (cli/registry.py)
     sweep#<shard>      C              0.1 only: a sweep cursor; its presence marks a 0.1 table
+    lease#<shard>      L              0.1 only: a shard lease; deleted by the migration
+    lease#members      N#<node id>    0.1 only: a membership heartbeat; deleted by the migration
 
 **Key spaces.** An instance id is any string :func:`check_id` accepts, so an instance
 may well be called ``lease#members`` or ``sweep#3`` and share a partition with internal
@@ -22,13 +23,12 @@ items. What keeps them apart is the sort key: an instance's items have ``sk`` ``
 rules follow, and every read in this package keeps them:
 
 * an internal item is read by its full key (``GetItem``, ``BatchGetItem``, a conditional
-  write), or by a ``Query`` whose key condition pins ``sk`` to its own prefix
-  (``begins_with(sk, "N#")``), never by ``pk`` alone;
+  write), or by a ``Query`` that pins ``sk`` to its own prefix (the CLI's chart registry
+  reads ``begins_with(sk, "R#")``), never by ``pk`` alone;
 * a ``Query`` of an instance's partition pins ``sk`` to ``T#`` (or, for its history, ``H#``).
 
 So no instance id, however hostile, can reach an internal item, and an internal item can
-never show up as an instance's data. No migration is involved: the keys are the ones
-0.1 wrote; only the reads were tightened.
+never show up as an instance's data.
 
 Ids are limited to :data:`MAX_INSTANCE_ID_BYTES` of UTF-8: DynamoDB allows 2,048 bytes in
 a partition key but only 1,024 in a sort key, and the dead index's sort key is the id plus
@@ -78,6 +78,11 @@ DUE_PREFIX = "due#"
 #: 0.1's per-shard sweep cursor item: ``("sweep#<shard>", "C")``.
 LEGACY_CURSOR_PREFIX = "sweep#"
 LEGACY_CURSOR_SK = "C"
+#: 0.1's lease items: ``("lease#<shard>", "L")`` and ``("lease#members", "N#<node>")``.
+LEGACY_LEASE_PREFIX = "lease#"
+LEGACY_LEASE_SK = "L"
+LEGACY_MEMBERS_PK = "lease#members"
+LEGACY_MEMBER_PREFIX = "N#"
 DEAD_PREFIX = "dead#"
 #: Width of the zero-padded ordinal in a timer sort key: 20 digits hold any uint64,
 #: and a fixed width makes the string order of the sort keys the numeric order.

@@ -9,7 +9,8 @@ shard alone (``due#<shard>``) and spreads dead rows the same way (``dead#<shard>
    conditional ``UpdateItem`` each; a row fired or changed meanwhile is left alone);
 2. every dead row under ``"dead"`` moves to its shard's dead partition;
 3. the cursor items are deleted, which is also how a sweeper tells the work is done
-   (:meth:`Sweep.check_legacy` looks for them once per store object).
+   (:meth:`Sweep.check_legacy` looks for them once per store object), and so are 0.1's
+   per-shard lease and membership items (the lease board replaced them).
 
 Finding the 0.1 rows costs one ``Scan`` of the due index, in proportion to the pending
 rows, once. Positions, timer rows and keys are otherwise unchanged. Idempotent: run it
@@ -86,6 +87,16 @@ def migrate(store: DynamoStore) -> MigrationReport:
             pass  # retried or purged meanwhile
 
     cursors = 0
+    leftovers = [store._key(f"{codec.LEGACY_LEASE_PREFIX}{shard}", codec.LEGACY_LEASE_SK)
+                 for shard in range(store.shards)]
+    # the membership partition may hold an instance's items too: pin sk to the members
+    leftovers += [{"pk": item["pk"], "sk": item["sk"]} for item in store._pages(
+        "query", ConsistentRead=True, KeyConditionExpression="#pk = :members AND begins_with(#sk, :member)",
+        ProjectionExpression="#pk, #sk", ExpressionAttributeNames={"#pk": "pk", "#sk": "sk"},
+        ExpressionAttributeValues={":members": S(codec.LEGACY_MEMBERS_PK), ":member": S(codec.LEGACY_MEMBER_PREFIX)})]
+    for leftover in leftovers:
+        store._call("delete_item", TableName=store.table_name, Key=leftover)
+    # the cursors last: while one is left, the next sweep migrates again
     for shard in range(store.shards):
         response = store._call("delete_item", TableName=store.table_name,
                                Key=store._key(f"{codec.LEGACY_CURSOR_PREFIX}{shard}", codec.LEGACY_CURSOR_SK),
