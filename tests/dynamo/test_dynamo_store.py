@@ -474,12 +474,13 @@ def test_next_due_far_future_without_a_scan(mock_client, table, calls):
     assert set(calls.take()) == {"Query"}
 
 
-def test_pending_before_lists_what_comes_due_without_claiming(mock_client, table):
-    """In-process moto: the fallback's look-ahead reads only the rows due by then."""
+def test_pending_between_lists_what_comes_due_without_claiming(mock_client, table):
+    """In-process moto: the fallback's look-ahead reads only the rows due in its window."""
     store = make_store(mock_client, table)
-    store.commit(Commit(timers_put=(timer("a", 1, T0 + 10), timer("b", 1, T0 + 5), timer("c", 1, T0 + DAY))))
-    assert [r.key for r in store.pending_before(T0 + MINUTE)] == [("b", 1), ("a", 1)]
-    assert [r.key for r in store.claim_due(T0 + MINUTE, 10, "n1", MINUTE)] == [("b", 1), ("a", 1)]
+    store.commit(Commit(timers_put=(timer("a", 1, T0 + 10), timer("b", 1, T0 + 5), timer("c", 1, T0 + DAY),
+                                    timer("d", 1, T0))))
+    assert [r.key for r in store.pending_between(T0, T0 + MINUTE)] == [("b", 1), ("a", 1)]
+    assert [r.key for r in store.claim_due(T0 + MINUTE, 10, "n1", MINUTE)] == [("d", 1), ("b", 1), ("a", 1)]
 
 
 # --------------------------------------------------------------------------- errors

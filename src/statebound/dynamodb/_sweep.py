@@ -315,19 +315,20 @@ class Sweep:
         best = min(times, default=NEVER)
         return None if best >= NEVER else best
 
-    def pending_before(self, until_ms: int, limit: int) -> list[TimerRow]:
-        """Pending rows of the owned shards ready by ``until_ms``, earliest first, without
-        claiming them: one ``Query`` per shard, reading only those rows."""
+    def pending_between(self, after_ms: int, until_ms: int, limit: int) -> list[TimerRow]:
+        """Pending rows of the owned shards with ``after_ms < ready <= until_ms``, earliest
+        first, without claiming them: one ``Query`` per shard, reading only those rows."""
         rows: list[TimerRow] = []
-        if limit <= 0:
+        if limit <= 0 or until_ms <= after_ms:
             return rows
         for shard in self.owned(refresh=False):
             got = 0
             for item in self.store._pages(
                     "query", IndexName=codec.DUE_INDEX,
-                    KeyConditionExpression="#gsi_pk = :p AND #gsi_due <= :until",
+                    KeyConditionExpression="#gsi_pk = :p AND #gsi_due BETWEEN :lo AND :hi",
                     ExpressionAttributeNames={"#gsi_pk": "gsi_pk", "#gsi_due": "gsi_due"},
-                    ExpressionAttributeValues={":p": S(codec.due_partition(shard)), ":until": N(until_ms)},
+                    ExpressionAttributeValues={":p": S(codec.due_partition(shard)), ":lo": N(after_ms + 1),
+                                               ":hi": N(until_ms)},
                     Limit=min(limit, 1_000)):
                 row = codec.row_from_item(item)
                 if row.state in (PENDING, CLAIMED) and not self.hidden(row.key, None):

@@ -583,11 +583,12 @@ class DynamoStore:
         """
         return self._sweep.next_due()
 
-    def pending_before(self, until_ms: int, limit: int = 1_000) -> list[TimerRow]:
-        """Pending rows of the owned shards ready by ``until_ms``, earliest first, without
-        claiming them: one ``Query`` per shard. A fallback sweep uses it to ask wake-ups
-        for what comes due before it runs again."""
-        return self._sweep.pending_before(until_ms, limit)
+    def pending_between(self, after_ms: int, until_ms: int, limit: int = 100_000) -> list[TimerRow]:
+        """Pending rows of the owned shards with ``after_ms < ready_at_ms <= until_ms``,
+        earliest first, without claiming them: one ``Query`` per shard (paginated), reading
+        only those rows. The scheduled fallback sweep uses it to ask wake-ups for the rows
+        that come within the wake-up horizon before it runs again."""
+        return self._sweep.pending_between(after_ms, until_ms, limit)
 
     def shard_hints(self) -> dict[int, int | None]:
         """What this store object knows of each shard it read: the earliest ready time it

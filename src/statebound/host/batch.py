@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..exceptions import ConflictError, StateboundError
 from ..interpreter import Position
-from .store import Commit, PositionRecord, TimerCompletion, TimerRow, commit_instance_ids
+from .store import PENDING, Commit, PositionRecord, TimerCompletion, TimerRow, commit_instance_ids
 from .unit import FireResult, Unit
 
 if TYPE_CHECKING:
@@ -241,6 +241,8 @@ class GroupCommit:
             if err is None:
                 if not commit.empty:
                     h.metrics["commits"] += 1
+                    h._wake((r.key, r.ready_at_ms) for r in commit.timers_put
+                            if r.state == PENDING and r.key not in u.deliver)   # as Host._run does
                 if u.deliver:
                     deliver.extend(r for r in commit.timers_put if r.key in u.deliver)
                 job.done(result)

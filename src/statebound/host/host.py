@@ -56,11 +56,12 @@ from .migration import MigrationResult
 from .outbox import Outbox, check_invokers, check_processors
 from .processors import InvokeHandler, SendProcessor
 from .store import (CLAIMED, DEAD, DONE, PENDING, SUSPENDED, TIMER, Commit, KeyRecord, PositionRecord, PositionWrite,
-                    Store, TimerCompletion, TimerRef, TimerRow, check_instance_id)
+                    Store, TimerCompletion, TimerKey, TimerRef, TimerRow, check_instance_id)
 from .unit import AlreadyDone as _AlreadyDone
 from .unit import Entry as _Entry
 from .unit import FireResult
 from .unit import Unit as _Unit
+from .wakeup import Wakeup, wakeups_for
 
 __all__ = ["Host", "FireResult", "SendResult", "child_instance_id", "MAX_INVOKE_DEPTH"]
 
@@ -132,6 +133,10 @@ class Host:
         with ``trust="untrusted"`` may use. By default they may use none, and may send events
         only to themselves, their parent and their own children, never to other instances
         (``#_scxml_<id>`` or a Basic HTTP URL naming one). See ``docs/security.md``.
+    :param wakeup: a :class:`~statebound.host.wakeup.Wakeup` backend: after each commit the
+        host asks it to fire the pending rows the commit wrote (timers, outbox rows it does
+        not hand over itself) that are due within its horizon, so a sweeper in another
+        process fires them on time. ``None``: sweepers find rows by reading the store.
     """
 
     def __init__(self, charts: Iterable[Chart] = (), store: Store | None = None, clock: Clock | None = None, *,
@@ -146,7 +151,8 @@ class Host:
                  invokers: Mapping[str, InvokeHandler] | None = None, outbox_lease_ms: int = 30_000,
                  deliver_after_commit: bool = True, idempotency_retention: int = 100,
                  history: bool | int = False, history_ttl_s: int | None = None, tracer: Any = None,
-                 max_batch: int = 100, untrusted_may_use: Iterable[str] = ()) -> None:
+                 max_batch: int = 100, untrusted_may_use: Iterable[str] = (),
+                 wakeup: Wakeup | None = None) -> None:
         self.store: Store = store if store is not None else MemoryStore()
         self.clock: Clock = clock if clock is not None else SystemClock()
         self.max_rounds = max_rounds
@@ -166,6 +172,7 @@ class Host:
         if outbox_lease_ms < 0 or idempotency_retention < 1 or max_batch < 1:
             raise ValueError("outbox_lease_ms must be >= 0, idempotency_retention and max_batch >= 1")
         self.max_batch = max_batch
+        self.wakeup = wakeup
         #: send processors by type name (see ``processors=``)
         self.processors: dict[str, Any] = check_processors(processors)
         #: invoke handlers by type name (see ``invokers=``)
@@ -568,7 +575,11 @@ class Host:
 
     def retry_timer(self, instance_id: str, ordinal: int) -> bool:
         """Revive a dead row so the next sweep delivers it again."""
-        return self.store.retry_timer((instance_id, ordinal), self.clock.now_ms())
+        now = self.clock.now_ms()
+        revived = self.store.retry_timer((instance_id, ordinal), now)
+        if revived:
+            self._wake([((instance_id, ordinal), now)])
+        return revived
 
     def next_due(self) -> int | None:
         """Epoch ms of the earliest pending timer, or ``None``."""
@@ -678,7 +689,10 @@ class Host:
         """A failed delivery: back off exponentially, or park the row after ``max_attempts``."""
         dead = attempts >= self.max_attempts
         delay = self.backoff_ms * (2 ** (attempts - 1))
-        self.store.release(row.key, node, error=error, next_attempt_at_ms=self.clock.now_ms() + delay, dead=dead)
+        retry_at = self.clock.now_ms() + delay
+        self.store.release(row.key, node, error=error, next_attempt_at_ms=retry_at, dead=dead)
+        if not dead:
+            self._wake([(row.key, max(retry_at, row.due_at_ms))])
         self._count("failed")
         if dead:
             self._count("dead")
@@ -717,6 +731,8 @@ class Host:
                             c.node_id is not None and cur.state == CLAIMED and cur.claimed_by not in (None, c.node_id)):
                         raise _AlreadyDone() from None
                 continue
+            self._wake((r.key, r.ready_at_ms) for r in commit.timers_put
+                       if r.state == PENDING and r.key not in u.deliver)   # handed over below instead
             if u.deliver:
                 self._outbox.after_commit([r for r in commit.timers_put if r.key in u.deliver])
             return result
@@ -734,6 +750,18 @@ class Host:
         u = _Unit(cache=cache, budget=budget)
         result = fn(u)
         return u, result, self._build_commit(u, completion(result) if completion else None)
+    def _wake(self, due: Iterable[tuple[TimerKey, int]]) -> None:
+        """Ask the wake-up backend to fire these rows ``(key, ready_at_ms)`` on time. Runs
+        after a commit landed, so a failure is logged, never raised: the rows are the truth."""
+        if self.wakeup is None:
+            return
+        now = self.clock.now_ms()
+        requests = wakeups_for(due, now, self.wakeup.horizon_ms)
+        if requests:
+            try:
+                self.wakeup.request(requests, now)
+            except Exception as exc:  # the sweeper's fallback read will find the rows
+                log.warning("wake-up request for %d row(s) failed: %s", len(requests), exc)
 
     def _build_commit(self, u: _Unit, completion: TimerCompletion | None) -> Commit:
         writes = []

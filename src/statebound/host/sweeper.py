@@ -1,10 +1,16 @@
 """The Sweeper: fires due timer rows back into their positions, exactly once.
 
 It runs anywhere a loop can: ``run_once()`` from a batch job or a Lambda function,
-``run_until_idle()`` to drain, ``run_forever(stop)`` as a long-running process. Several
-sweepers may share one store: rows are claimed under a lease (``lease_s``), so a sweeper
-that dies mid-claim loses the claim when the lease runs out, and the completion in the
-fire's commit is conditional, so a row is applied at most once.
+``run_until_idle()`` to drain, ``run_forever(stop)`` as a long-running process, and
+``handle_wakeups(requests)`` for wake-ups (``host/wakeup.py``) that name rows by key.
+Several sweepers may share one store: rows are claimed under a lease (``lease_s``), so a
+sweeper that dies mid-claim loses the claim when the lease runs out, and the completion in
+the fire's commit is conditional, so a row is applied at most once.
+
+With ``workers > 1`` the rows of one sweep are fired by a bounded thread pool: rows of
+different instances at once, the rows of one instance one after another in due order (two
+fires into one position would only conflict and retry). Exactly-once does not depend on
+it: each fire's commit still completes its row conditionally.
 """
 
 from __future__ import annotations
@@ -14,11 +20,14 @@ import os
 import random
 import socket
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from ..exceptions import StoreUnavailable
 from .host import FireResult, Host
+from .store import CLAIMED, PENDING, TimerKey, TimerRow
+from .wakeup import WakeupRequest, WakeupSource, wakeups_for
 
 log = logging.getLogger("statebound")
 
@@ -33,6 +42,7 @@ class SweepReport:
     :ivar delivered: outbox sends handed to their processors.
     :ivar waiting: invocations whose handler will answer later.
     :ivar cancelled: invocations cancelled (their cancel hooks called).
+    :ivar empty: wake-ups whose row was already fired, cancelled or gone (one read each).
     """
 
     fired: int = 0
@@ -44,6 +54,7 @@ class SweepReport:
     delivered: int = 0
     waiting: int = 0
     cancelled: int = 0
+    empty: int = 0
 
     @property
     def total(self) -> int:
@@ -72,10 +83,12 @@ class SweeperMetrics:
     delivered: int = 0
     waiting: int = 0
     cancelled: int = 0
+    empty: int = 0
 
     def add(self, report: SweepReport) -> None:
         """Fold one sweep's report in."""
         self.sweeps += 1
+        self.empty += report.empty
         for name in _COUNTS:
             setattr(self, name, getattr(self, name) + getattr(report, name))
         self.max_lag_ms = max(self.max_lag_ms, report.max_lag_ms)
@@ -91,27 +104,125 @@ class Sweeper:
     :param batch: rows claimed per sweep.
     :param node_id: this sweeper's claim owner id; defaults to ``host:pid:random``.
     :param lease_s: how long a claim holds before another sweeper may take the row.
+    :param workers: fires in flight at once (a thread pool when above 1). The store must be
+        safe to share between threads (Memory, SQLite and DynamoDB stores are).
+    :param wakeups: an in-process :class:`~statebound.host.wakeup.WakeupSource` (such as
+        :class:`~statebound.host.memory_wakeup.MemoryWakeup`) drained at every sweep.
     """
 
     def __init__(self, host: Host, interval_s: float = 1.0, jitter: float = 0.2, batch: int = 100,
-                 node_id: str | None = None, *, lease_s: float = 30.0) -> None:
-        if interval_s <= 0 or batch < 1 or not 0 <= jitter <= 1 or lease_s <= 0:
-            raise ValueError("interval_s and lease_s must be > 0, batch >= 1 and 0 <= jitter <= 1")
+                 node_id: str | None = None, *, lease_s: float = 30.0, workers: int = 1,
+                 wakeups: WakeupSource | None = None) -> None:
+        if interval_s <= 0 or batch < 1 or not 0 <= jitter <= 1 or lease_s <= 0 or workers < 1:
+            raise ValueError("interval_s and lease_s must be > 0, batch and workers >= 1 and 0 <= jitter <= 1")
         self.host = host
         self.interval_s = interval_s
         self.jitter = jitter
         self.batch = batch
         self.node_id = node_id or f"{socket.gethostname()}:{os.getpid()}:{random.getrandbits(32):08x}"
         self.lease_ms = int(lease_s * 1000)
+        self.workers = workers
+        self.wakeups = wakeups
         self.metrics = SweeperMetrics()
         self._random = random.Random()
+        self._pool: ThreadPoolExecutor | None = None
+        self._pool_lock = threading.Lock()
 
     def run_once(self) -> SweepReport:
-        """Claim up to ``batch`` due rows and fire each; returns what happened."""
-        results = self.host.fire_due(self.batch, node_id=self.node_id, lease_ms=self.lease_ms)
-        report = _report(results)
+        """Fire the rows of due in-process wake-ups, then claim up to ``batch`` due rows and
+        fire them; returns what happened."""
+        empty = 0
+        results: list[FireResult] = []
+        if self.wakeups is not None:
+            due = self.wakeups.take_due(self.host.clock.now_ms())
+            if due:
+                woken, empty = self._woken_rows(due)
+                results += self.fire_rows(woken)
+        now = self.host.clock.now_ms()
+        rows = self.host.store.claim_due(now, self.batch, self.node_id, self.lease_ms)
+        results += self.fire_rows(rows)
+        report = _report(results, empty)
         self.metrics.add(report)
         return report
+
+    def handle_wakeups(self, requests: Iterable[WakeupRequest]) -> SweepReport:
+        """Fire the rows these wake-ups name, if they are still pending and ready.
+
+        Each row is read by its key (``store.get_timer``: one consistent read, no index),
+        so a stale or duplicated wake-up costs that read and nothing else; a row not due
+        yet (released with backoff, or the message came early) is asked for again through
+        the host's wake-up backend. Returns what happened.
+        """
+        rows, empty = self._woken_rows(list(requests))
+        report = _report(self.fire_rows(rows), empty)
+        self.metrics.add(report)
+        return report
+
+    def _woken_rows(self, requests: Sequence[WakeupRequest]) -> tuple[list[TimerRow], int]:
+        now = self.host.clock.now_ms()
+        store = self.host.store
+        rows: list[TimerRow] = []
+        later: list[tuple[TimerKey, int]] = []
+        empty = 0
+        for key in dict.fromkeys(r.key for r in requests):
+            row = store.get_timer(key)
+            if row is None or row.state not in (PENDING, CLAIMED):
+                empty += 1   # fired, cancelled, waiting, dead or purged since the wake-up was sent
+            elif row.state == CLAIMED and row.claimed_by != self.node_id and (row.claim_expires_ms or 0) > now:
+                continue     # another sweeper is firing it
+            elif row.ready_at_ms > now:
+                later.append((key, row.ready_at_ms))
+            else:
+                rows.append(row)
+        if later:
+            self._ask_again(later, now)
+        rows.sort(key=lambda r: (r.ready_at_ms, r.instance_id, r.ordinal))
+        return rows, empty
+
+    def _ask_again(self, later: list[tuple[TimerKey, int]], now: int) -> None:
+        wakeup = self.host.wakeup
+        if wakeup is not None:
+            requests = wakeups_for(later, now, wakeup.horizon_ms)
+            try:
+                if requests:
+                    wakeup.request(requests, now)
+            except Exception as exc:  # the fallback read finds them
+                log.warning("could not ask again for %d early wake-up(s): %s", len(requests), exc)
+        elif self.wakeups is not None and hasattr(self.wakeups, "request"):
+            self.wakeups.request(wakeups_for(later, now, None), now)
+
+    def fire_rows(self, rows: Sequence[TimerRow]) -> list[FireResult]:
+        """Fire claimed (or woken) rows through the host, ``workers`` at a time; the rows of
+        one instance in order, one after another. Results come back in ``rows`` order. With
+        one worker, the host's group commit (:meth:`Host.fire_many`) takes them together."""
+        if self.workers == 1 or len(rows) < 2:
+            return self.host.fire_many(rows, node_id=self.node_id)
+        groups: dict[str, list[int]] = {}
+        for i, row in enumerate(rows):
+            groups.setdefault(row.instance_id, []).append(i)
+        results: list[FireResult | None] = [None] * len(rows)
+
+        def fire_group(indexes: list[int]) -> None:
+            for i in indexes:
+                results[i] = self.host.fire(rows[i], node_id=self.node_id)
+
+        pool = self._executor()
+        for future in [pool.submit(fire_group, idx) for idx in groups.values()]:
+            future.result()   # a host.fire never raises for a delivery; a store outage does
+        return [r for r in results if r is not None]
+
+    def _executor(self) -> ThreadPoolExecutor:
+        with self._pool_lock:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(self.workers, thread_name_prefix=f"sweeper-{self.node_id}")
+            return self._pool
+
+    def close(self) -> None:
+        """Stop the thread pool (a sweeper with ``workers > 1``); idempotent."""
+        with self._pool_lock:
+            pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.shutdown(wait=True)
 
     def run_until_idle(self, max_sweeps: int = 10_000) -> SweepReport:
         """Sweep until nothing is due now; returns the totals."""
@@ -124,12 +235,16 @@ class Sweeper:
         return _merge(reports)
 
     def sleep_time(self) -> float:
-        """Seconds until the next due row or the interval (plus jitter), whichever is sooner."""
+        """Seconds until the next due row (or in-process wake-up) or the interval (plus
+        jitter), whichever is sooner."""
         base = self.interval_s * (1 + self._random.uniform(0, self.jitter))
-        nd = self.host.next_due()
-        if nd is None:
+        times = [self.host.next_due()]
+        if self.wakeups is not None:
+            times.append(self.wakeups.next_ms())
+        known = [t for t in times if t is not None]
+        if not known:
             return base
-        return max(0.0, min(base, (nd - self.host.clock.now_ms()) / 1000))
+        return max(0.0, min(base, (min(known) - self.host.clock.now_ms()) / 1000))
 
     def run_forever(self, stop: threading.Event | Callable[[], bool] | None = None) -> SweeperMetrics:
         """Sweep until ``stop`` is set (an Event) or returns true (a callable).
@@ -170,7 +285,7 @@ class Sweeper:
 _COUNTS = ("fired", "discarded", "stale", "failed", "skipped", "delivered", "waiting", "cancelled")
 
 
-def _report(results: list[FireResult]) -> SweepReport:
+def _report(results: list[FireResult], empty: int = 0) -> SweepReport:
     counts = dict.fromkeys(_COUNTS, 0)
     lags = []
     for r in results:
@@ -178,9 +293,9 @@ def _report(results: list[FireResult]) -> SweepReport:
             counts[r.outcome] += 1
         if r.outcome in ("fired", "delivered"):
             lags.append(r.lag_ms)
-    return SweepReport(lag_ms=tuple(lags), **counts)
+    return SweepReport(lag_ms=tuple(lags), empty=empty, **counts)
 
 
 def _merge(reports: list[SweepReport]) -> SweepReport:
-    return SweepReport(lag_ms=tuple(x for r in reports for x in r.lag_ms),
+    return SweepReport(lag_ms=tuple(x for r in reports for x in r.lag_ms), empty=sum(r.empty for r in reports),
                        **{name: sum(getattr(r, name) for r in reports) for name in _COUNTS})
