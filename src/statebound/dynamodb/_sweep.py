@@ -39,7 +39,7 @@ import logging
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
@@ -68,6 +68,8 @@ MAX_CLAIMS = 100_000
 #: Extra items a shard read asks for beyond what it wants, for rows it must skip
 #: (soft-claimed here, or completed and still in the lagging index).
 _SLACK = 8
+#: The first page of a shard read: the due row and the one past it, when all is quiet.
+_FIRST_PAGE = 2
 
 # Named clauses of the conditions used here.
 row_is_dead = "#state = :dead"
@@ -227,17 +229,12 @@ class Sweep:
         """One ``Query`` of a shard, earliest first: up to ``want`` visible rows ready by
         ``now_ms``, and the shard's new hint. With ``now_ms=None`` (a peek), no rows, and the
         hint is the first visible row's ready time."""
-        store = self.store
         due: list[TimerRow] = []
         hint = NEVER
         hint_key: TimerKey | None = None
         seen: set[TimerKey] = set()
         started = time.monotonic()
-        for item in store._pages("query", IndexName=codec.DUE_INDEX,
-                                 KeyConditionExpression="#gsi_pk = :p",
-                                 ExpressionAttributeNames={"#gsi_pk": "gsi_pk"},
-                                 ExpressionAttributeValues={":p": S(codec.due_partition(shard))},
-                                 Limit=want + 1 + _SLACK):
+        for item in self._shard_items(shard, want + 1 + _SLACK):
             row = codec.row_from_item(item)
             seen.add(row.key)
             if row.state not in (PENDING, CLAIMED):
@@ -262,6 +259,28 @@ class Sweep:
                 read_at = known.read_at if known is not None else -NEVER
             self._shards[shard] = _Shard(hint, read_at, hint_key)
         return due
+
+    def _shard_items(self, shard: int, cap: int) -> Iterator[dict[str, Any]]:
+        """A shard's index items, earliest first, in pages of 2, 4, 8... up to ``cap``.
+
+        DynamoDB bills every item a page reads, and a read stops at the first row past
+        now, so small first pages keep an idle or lightly loaded shard at half a read unit
+        while a busy one still needs only a few requests.
+        """
+        store = self.store
+        kwargs: dict[str, Any] = {
+            "TableName": store.table_name, "IndexName": codec.DUE_INDEX,
+            "KeyConditionExpression": "#gsi_pk = :p", "ExpressionAttributeNames": {"#gsi_pk": "gsi_pk"},
+            "ExpressionAttributeValues": {":p": S(codec.due_partition(shard))}}
+        limit = min(_FIRST_PAGE, cap)
+        while True:
+            page = store._call("query", Limit=limit, **kwargs)
+            yield from page.get("Items", [])
+            last = page.get("LastEvaluatedKey")
+            if not last:
+                return
+            kwargs["ExclusiveStartKey"] = last
+            limit = min(2 * limit, cap)
 
     # ------------------------------------------------------------------ the Store verbs
     def claim_due(self, now_ms: int, limit: int, node_id: str, lease_ms: int) -> list[TimerRow]:
