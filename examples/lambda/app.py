@@ -1,4 +1,4 @@
-"""Shared set-up for the two Lambda handlers: one Host per execution environment.
+"""Shared set-up for the Lambda handlers: one Host per execution environment.
 
 Built on first use (not at import) so a test can configure it first, and cached for the
 life of the warm environment so charts are compiled once per cold start.
@@ -20,6 +20,10 @@ Environment:
                     commits a send delivers it right after the commit, and the sweeper
                     retries what that could not deliver. Unset: no "sqs" processor, and such
                     a send is an error.execution in the chart (logged).
+  WAKEUP_QUEUE_URL  the SQS queue of wake-ups (statebound.dynamodb.SQSWakeup): every commit
+                    that arms a timer due within 15 minutes sends a delayed message there, and
+                    wake.py fires the timer when it arrives (optional: without it, the
+                    sweeper finds timers by reading the table)
 """
 
 from __future__ import annotations
@@ -40,14 +44,15 @@ _host: sb.Host | None = None
 
 def build_host(*, client: Any = None, clock: Any = None, table_name: str | None = None,
                charts_dir: str | os.PathLike[str] | None = None, sqs_client: Any = None) -> sb.Host:
-    """A Host over the DynamoDB table named by ``TABLE_NAME``, with the send processors."""
+    """A Host over the DynamoDB table named by ``TABLE_NAME``, with the send processors,
+    sending wake-ups to ``WAKEUP_QUEUE_URL`` when it is set."""
     table = table_name or os.environ["TABLE_NAME"]
     ttl = os.environ.get("DONE_TTL_S")
     store = ObservedStore(table, client=client, shards=int(os.environ.get("DUE_SHARDS", "16")),
                           done_ttl_s=int(ttl) if ttl else None)
     return ObservedHost(load_charts(charts_dir), store=store, clock=clock or sb.SystemClock(),
                         http_base=os.environ.get("HTTP_BASE") or "http://statebound.invalid", on_log=chart_log,
-                        processors=processors(sqs_client))
+                        processors=processors(sqs_client), wakeup=_wakeup(sqs_client))
 
 
 def processors(sqs_client: Any = None) -> dict[str, Any]:
@@ -56,6 +61,14 @@ def processors(sqs_client: Any = None) -> dict[str, Any]:
     if not url:
         return {}
     return {"sqs": SQSProcessor(url, client=sqs_client)}
+
+
+def _wakeup(sqs_client: Any) -> Any:
+    url = os.environ.get("WAKEUP_QUEUE_URL")
+    if not url:
+        return None
+    from statebound.dynamodb import SQSWakeup
+    return SQSWakeup(url, client=sqs_client)
 
 
 def get_host() -> sb.Host:

@@ -1,9 +1,17 @@
-"""Scheduled sweeper handler (EventBridge, every minute).
+"""Scheduled sweeper handler (EventBridge).
 
-A once-a-minute schedule alone would fire timers up to a minute late. Instead each
-invocation keeps sweeping -- sleeping only until the next due row or the interval -- until
-its remaining time falls under a margin, so timers fire within about a second of being due
-while the schedule merely keeps one sweeper alive.
+With wake-ups (WAKEUP_QUEUE_URL set, as the template does) timers are fired by wake.py
+when their messages arrive, and this function is the **slow fallback**: each run, every
+FALLBACK_MINUTES (5 in the template), fires whatever is due and was missed (a
+lost message, a writer without wake-ups) and sends wake-ups for the timers that come
+within the queue's 15-minute reach before the next run, which is how a timer due in hours
+or days gets its message (statebound.dynamodb.lambda_handlers.fallback_sweep). It reads one
+due-index shard per Query and returns; nothing runs around the clock.
+
+Without wake-ups, a once-a-minute schedule alone would fire timers up to a minute late.
+Instead each invocation keeps sweeping -- sleeping only until the next due row or the
+interval -- until its remaining time falls under a margin, so timers fire within about a
+second of being due while the schedule merely keeps one sweeper alive.
 
 With SWEEP_LEASES=1, overlapping invocations split the due-index shards between them
 with lease items (statebound.dynamodb.ShardLeases) instead of racing for the same rows;
@@ -14,7 +22,8 @@ Every fire is logged with its timer's correlation id, and each sweep that did so
 flushes one EMF document of metrics (see telemetry.py); the invocation ends with one more,
 carrying ``Sweeps``, so a quiet sweeper still shows it is alive.
 
-Environment: SWEEP_INTERVAL_S (default 1.0), SWEEP_JITTER (fraction of the interval added
+Environment: FALLBACK_MINUTES (the schedule's period in fallback mode, default 5),
+SWEEP_INTERVAL_S (default 1.0), SWEEP_JITTER (fraction of the interval added
 at random to each sleep, default 0.2), SWEEP_MARGIN_MS (default 5000),
 SWEEP_BATCH (default 100), SWEEP_LEASES (default off), SWEEP_LEASE_MS (default 30000),
 plus what app.py reads.
@@ -26,6 +35,7 @@ import os
 from typing import Any
 
 import statebound as sb
+from statebound.dynamodb.lambda_handlers import fallback_sweep
 
 from app import get_host
 from telemetry import SweepMetrics, logger
@@ -51,7 +61,12 @@ def handle(event: dict[str, Any], context: Any) -> dict[str, Any]:
             leases.acquire()
             host.store.owned_shards = leases   # claim_due reads leases.held at every sweep
             totals["shards"] = len(leases.held)
-        _sweep(host, sweeper, context, margin_ms, totals, leases, recorder)
+        if host.wakeup is not None:
+            result = fallback_sweep(sweeper, period_ms=int(os.environ.get("FALLBACK_MINUTES", "5")) * 60_000)
+            totals.update(sweeps=1, armed=result["armed"],
+                          **{k: result[k] for k in ("fired", "discarded", "stale", "failed", "skipped", "max_lag_ms")})
+        else:
+            _sweep(host, sweeper, context, margin_ms, totals, leases, recorder)
     finally:
         if leases is not None:
             host.store.owned_shards = owned_before  # the environment's store outlives this invocation

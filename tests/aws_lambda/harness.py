@@ -28,7 +28,7 @@ TABLE = "statebound-example"
 START_MS = 1_796_108_400_000
 # Reloaded for every test. telemetry is not: like a Lambda environment, a process sets up
 # its Powertools logger once (a second Logger for the same service would find it configured).
-MODULES = ("chart_revisions", "app", "handler", "sweeper", "sqs_events", "revisions", "redrive")
+MODULES = ("chart_revisions", "app", "handler", "sweeper", "sqs_events", "wake", "revisions", "redrive")
 
 
 def http_event(method: str, path: str, body: object = None, *, content_type: str = "application/json",

@@ -107,7 +107,7 @@ def test_every_route_is_authorized_and_the_stage_throttles(transformed):
 
 def test_functions_run_a_current_python_and_log_to_groups_with_retention(transformed):
     functions = resources(transformed, "AWS::Lambda::Function")
-    assert set(functions) == {"EventsFunction", "SweeperFunction", "SqsEventsFunction"}
+    assert set(functions) == {"EventsFunction", "SweeperFunction", "SqsEventsFunction", "WakeFunction"}
     groups = resources(transformed, "AWS::Logs::LogGroup")
     for fn in functions.values():
         props = fn["Properties"]
@@ -185,7 +185,8 @@ def test_the_sqs_events_function_may_touch_only_its_own_queues(transformed):
     assert by_resource[json.dumps({"Fn::GetAtt": ["EventsQueue", "Arn"]})] == {
         "sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:ChangeMessageVisibility", "sqs:GetQueueAttributes"}
     assert by_resource[json.dumps({"Fn::GetAtt": ["EventsDeadLetters", "Arn"]})] == {"sqs:SendMessage"}
-    assert len(by_resource) == 3 and "*" not in json.dumps(list(by_resource))
+    assert by_resource[json.dumps({"Fn::GetAtt": ["WakeupQueue", "Arn"]})] == {"sqs:SendMessage"}
+    assert len(by_resource) == 4 and "*" not in json.dumps(list(by_resource))
     role = transformed["Resources"]["SqsEventsFunctionRole"]["Properties"]
     assert [arn.rsplit("/", 1)[-1] for arn in role["ManagedPolicyArns"]] == ["AWSLambdaBasicExecutionRole"]
 
@@ -195,7 +196,7 @@ def test_every_function_can_deliver_the_confirmations_it_may_commit(transformed)
     and the sweeper retries; each needs the queue URL and sqs:SendMessage on it, nothing more."""
     queue = transformed["Resources"]["ConfirmationsQueue"]["Properties"]
     assert queue["FifoQueue"] is True and queue["QueueName"]["Fn::Sub"].endswith(".fifo")
-    for function in ("EventsFunction", "SweeperFunction", "SqsEventsFunction"):
+    for function in ("EventsFunction", "SweeperFunction", "SqsEventsFunction", "WakeFunction"):
         env = transformed["Resources"][function]["Properties"]["Environment"]["Variables"]
         assert env["CONFIRMATIONS_QUEUE_URL"] == {"Ref": "ConfirmationsQueue"}, function
         sends = [st for st in _statements(transformed, function) if "ConfirmationsQueue" in json.dumps(st)]
@@ -212,3 +213,27 @@ def test_the_outbox_alarm_adds_up_dead_rows_of_both_request_functions(transforme
     assert services == watched
     assert all(m["MetricStat"]["Metric"]["MetricName"] == "Dead" for m in alarm["Metrics"] if "MetricStat" in m)
 
+def test_timers_fire_by_sqs_wakeups_with_a_slow_fallback(transformed):
+    """The wake-up wiring: every function that commits may send to the wake-up queue, the
+    wake function consumes it in batches reporting per-message failures, failing messages
+    park in a dead-letter queue that an alarm watches, and the sweeper runs every
+    FallbackMinutes."""
+    res = transformed["Resources"]
+    queue = res["WakeupQueue"]["Properties"]
+    assert queue["RedrivePolicy"]["deadLetterTargetArn"] == {"Fn::GetAtt": ["WakeupDeadLetters", "Arn"]}
+    [props] = [m["Properties"] for m in resources(transformed, "AWS::Lambda::EventSourceMapping").values()
+               if m["Properties"]["FunctionName"] == {"Ref": "WakeFunction"}]
+    assert props["EventSourceArn"] == {"Fn::GetAtt": ["WakeupQueue", "Arn"]}
+    assert props["FunctionResponseTypes"] == ["ReportBatchItemFailures"] and props["BatchSize"] == 10
+    assert props["MaximumBatchingWindowInSeconds"] == 0
+    assert queue["VisibilityTimeout"] >= 6 * res["WakeFunction"]["Properties"]["Timeout"]
+    for fn in ("EventsFunction", "SqsEventsFunction", "WakeFunction", "SweeperFunction"):
+        env = res[fn]["Properties"]["Environment"]["Variables"]
+        assert env["WAKEUP_QUEUE_URL"] == {"Ref": "WakeupQueue"}, fn
+        sends = [st for st in _statements(transformed, fn)
+                 if "WakeupQueue" in json.dumps(st) and "sqs:SendMessage" in _actions(st)]
+        assert [_actions(st) for st in sends] == [{"sqs:SendMessage"}], fn
+    alarm = res["WakeupDeadLettersAlarm"]["Properties"]
+    assert alarm["Dimensions"][0]["Value"] == {"Fn::GetAtt": ["WakeupDeadLetters", "QueueName"]}
+    rules = json.dumps(resources(transformed, "AWS::Events::Rule"))
+    assert "rate(${FallbackMinutes} minutes)" in rules

@@ -1,0 +1,38 @@
+"""Wake-up handler (SQS event source on the wake-up queue).
+
+Every commit that arms a timer due within 15 minutes sends a message to the queue, delayed
+until the timer is due (statebound.dynamodb.SQSWakeup). This function receives it, reads
+each named timer row by its key, and fires the ones still pending: a timer fires within a
+second of being due, and nothing runs while nothing is due. A message whose rows fired,
+were cancelled or are not due yet (asked for again) is deleted; when the table is
+unavailable the batch is reported failed and SQS delivers it again (the event source
+mapping has ReportBatchItemFailures on).
+
+Environment: WAKE_WORKERS (fires in flight at once, default 1: telemetry.py's per-fire
+log scope is process-wide, so several threads would mix their keys), plus what app.py reads.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import statebound as sb
+from statebound.dynamodb.lambda_handlers import handle_wakeup_event
+
+from app import get_host
+from telemetry import SweepMetrics, logger
+
+
+@logger.inject_lambda_context(clear_state=True)
+def handle(event: dict[str, Any], context: Any) -> dict[str, Any]:
+    """The Lambda entry point for the queue."""
+    host = get_host()
+    sweeper = sb.Sweeper(host, node_id=getattr(context, "aws_request_id", None),
+                         workers=int(os.environ.get("WAKE_WORKERS", "1")))
+    recorder: SweepMetrics = getattr(host, "sweep_metrics", None) or SweepMetrics()
+    try:
+        return handle_wakeup_event(event, sweeper)
+    finally:
+        sweeper.close()
+        recorder.flush()
