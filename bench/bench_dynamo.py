@@ -27,6 +27,12 @@ ORDER = """<scxml xmlns="http://www.w3.org/2005/07/scxml" xmlns:sb="urn:statebou
 </scxml>"""
 
 
+def _fake_credentials() -> None:
+    """moto needs credentials to sign with; never a real profile's."""
+    for k, v in {"AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "bench", "AWS_DEFAULT_REGION": "eu-west-1"}.items():
+        os.environ.setdefault(k, v)
+
+
 def register(section: Any) -> None:
     """Register the sections with bench/run.py's decorator."""
     _register_timers(section)
@@ -42,9 +48,7 @@ def register(section: Any) -> None:
         except ImportError as e:  # pragma: no cover - the aws/test extras are missing
             ctx.note(f"skipped: {e}")
             return []
-        for k, v in {"AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "bench",
-                     "AWS_DEFAULT_REGION": "eu-west-1"}.items():
-            os.environ.setdefault(k, v)
+        _fake_credentials()
         n_fire = 200 if ctx.repeats <= 2 else 500
         rows = []
         with mock_aws():
@@ -180,9 +184,7 @@ def _register_timers(section: Any) -> None:
         except ImportError as e:  # pragma: no cover - the aws/test extras are missing
             ctx.note(f"skipped: {e}")
             return []
-        for k, v in {"AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "bench",
-                     "AWS_DEFAULT_REGION": "eu-west-1"}.items():
-            os.environ.setdefault(k, v)
+        _fake_credentials()
         chart = sb.Chart.from_scxml(TICK)
         t0 = 1_800_000_000_000
         rows: list[dict] = []

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import boto3
 
+import statebound as sb
 from statebound.dynamodb import DynamoStore
 
 REGION = "us-east-1"
@@ -70,3 +71,15 @@ def table_items(client, table_name, index=None):
 def index_keys(client, table_name, index):
     """The ``(pk, sk)`` of every item in an index."""
     return {(i["pk"]["S"], i["sk"]["S"]) for i in table_items(client, table_name, index)}
+
+
+def tick_chart(delay: str) -> sb.Chart:
+    """A chart named ``tick`` that fires one timer ``delay`` after it starts, then is done."""
+    return sb.Chart.from_scxml(f"""<scxml xmlns="http://www.w3.org/2005/07/scxml" version="1.0"
+      datamodel="null" name="tick" initial="waiting">
+      <state id="waiting">
+        <onentry><send event="go" delay="{delay}"/></onentry>
+        <transition event="go" target="fired"/>
+      </state>
+      <final id="fired"/>
+    </scxml>""")

@@ -23,21 +23,14 @@ from statebound.exceptions import StoreError
 from statebound.host.store import Commit
 from store_contract import timer
 
-from .helpers import CallLog, make_store, server_client
+from .helpers import CallLog, make_store, server_client, tick_chart
 
 T0 = 1_800_000_000_000
 LEASE_MS = 30_000
 SHARDS = 16
 MINUTES = 5   # of idle sweeping measured
 
-TICK = sb.Chart.from_scxml("""<scxml xmlns="http://www.w3.org/2005/07/scxml" version="1.0"
-  datamodel="null" name="tick" initial="waiting">
-  <state id="waiting">
-    <onentry><send event="go" delay="200ms"/></onentry>
-    <transition event="go" target="fired"/>
-  </state>
-  <final id="fired"/>
-</scxml>""")
+TICK = tick_chart("200ms")
 
 def node(client, table, name, clock, **kw):
     """A sweeper node: its own leases, store and host, on ``client``."""

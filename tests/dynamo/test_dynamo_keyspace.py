@@ -17,19 +17,12 @@ from statebound.dynamodb import MAX_INSTANCE_ID_BYTES, ShardLeases
 from statebound.exceptions import InvalidInstanceId
 from store_contract import hostile_ids, portable
 
-from .helpers import make_store
+from .helpers import make_store, tick_chart
 
 T0 = 1_800_000_000_000
 SHARDS = 4
 
-TICK = sb.Chart.from_scxml("""<scxml xmlns="http://www.w3.org/2005/07/scxml" version="1.0"
-  datamodel="null" name="tick" initial="waiting">
-  <state id="waiting">
-    <onentry><send event="go" delay="1s"/></onentry>
-    <transition event="go" target="fired"/>
-  </state>
-  <final id="fired"/>
-</scxml>""")
+TICK = tick_chart("1s")
 
 
 def _host_accepts(iid: str) -> bool:
