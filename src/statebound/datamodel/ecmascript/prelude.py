@@ -163,7 +163,7 @@ function lockdown() {
       enumerable: false, configurable: false });
   }
   // intrinsics no global property leads to
-  var samples = [function* () {}, async function () {}, async function* () {}, async () => {}, () => {}, dom.protos];
+  var samples = [function* () {}, async function () {}, async function* () {}, async () => {}, () => {}, dom.protos, Refusal, In];
   var makers = [function () { return (function* () {})(); }, function () { return (async function* () {})(); },
     function () { return [][Symbol.iterator](); }, function () { return new Map()[Symbol.iterator](); },
     function () { return new Set()[Symbol.iterator](); }, function () { return ""[Symbol.iterator](); },

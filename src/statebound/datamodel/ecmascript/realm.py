@@ -15,8 +15,10 @@ python drive, so a realm is made once per thread and then lent to one drive at a
   runs under the realm's size plus :data:`SLACK_BYTES` alone, so a realm still holding more
   (garbage QuickJS has not collected yet, say) fails it and is replaced: one session's
   leftovers never make another's drive run out of memory.
-* **Replaced after a breach.** A drive that was interrupted or ran out of memory retires its
-  realm; the next drive gets a fresh one.
+* **Replaced after a breach.** A call that ends in an exception no JS code could catch (the
+  time limit, memory running out inside the dispatcher) retires its realm; the next drive
+  gets a fresh one. (Running out of memory inside chart code is an ordinary error: what the
+  drive allocated is freed by the wipe, or the tight wipe fails and the realm is replaced.)
 * **Lent to one context.** A realm belongs to the context using it until that context is
   gone (a weak reference); a second context open at the same time gets a realm of its own.
 """
