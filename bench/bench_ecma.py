@@ -43,7 +43,7 @@ def _before_module() -> Any:
     mod = types.ModuleType(name)
     mod.__package__ = "statebound.datamodel"  # its relative imports resolve against today's package
     sys.modules[name] = mod
-    exec(compile(src, f"{BEFORE}:{_BEFORE_PATH}", "exec"), mod.__dict__)  # noqa: S102 -- our own history
+    exec(compile(src, f"{BEFORE}:{_BEFORE_PATH}", "exec"), mod.__dict__)  # (our own history, from git)
     return mod
 
 

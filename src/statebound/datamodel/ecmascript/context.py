@@ -27,6 +27,8 @@ _DEFINES_FUNCTION = re.compile(r"\bfunction\b|=>|\bclass\b")
 _FUNCTION_LITERAL = re.compile(r"^\s*(?:async\s+)?(?:function\b|[A-Za-z_$][\w$]*\s*=>|\([^()]*\)\s*=>)")
 _SAFE_INT = 2 ** 53
 _INT32 = 2 ** 31
+#: Calls into JS that may skip reading the budget's clock in a row (see _invoke).
+_UNCHECKED = 16
 
 
 def _strip(src: str) -> str:
@@ -59,6 +61,8 @@ class EcmaScriptDatamodel:
         #: the source each expression is compiled from
         self.src = [_strip(e.src) for e in exprs]
         self._iop: dict[str, tuple[dict[str, Any], str]] = {}
+        #: kind -> expression id -> (the realm's serial, the key it compiled the expression under)
+        self.compiled: dict[str, list[Any]] = {k: [None] * n for k in ("expr", "cond", "set")}
         self.roots: list[str | None] = [None] * n
         self.state_ids = tuple(s.id for s in chart.states[1:])
         self.top_children = tuple(chart.states[c].id for c in chart.states[0].children)
@@ -141,6 +145,7 @@ class EcmaScriptContext:
         "broken",
         "budget",
         "call",
+        "cap",
         "dm",
         "dump_cache",
         "in_state",
@@ -151,9 +156,11 @@ class EcmaScriptContext:
         "name",
         "pending_event",
         "realm",
+        "serial",
         "session_id",
         "short",
         "started",
+        "unchecked",
         "vars",
     )
 
@@ -174,10 +181,13 @@ class EcmaScriptContext:
         self.js: Any = None
         self.call: Any = None
         self.realm: Realm | None = None
+        self.serial = -1
         self.pending_event: Any = _NOTHING
         self.last: Any = _NOTHING
         self.dump_cache: dict[str, Any] | None = None
         self.limits = dm.limits
+        self.cap = self.limits.time_ms / 1000.0
+        self.unchecked = 0  # calls into JS that may skip the budget's clock (see _invoke)
         self.broken: str | None = None
         # A running position always has a child of the root active; the seed of start() has none.
         # (Checked now: once the drive runs, the configuration can be empty mid-transition.)
@@ -202,27 +212,34 @@ class EcmaScriptContext:
         return self.call
 
     def _invoke(self, *args: Any) -> Any:
-        return self._call(self.call, *args)
-
-    def _call(self, fn: Any, *args: Any) -> Any:
         """Call into JS on the drive's budget (issue 10: the time cap alone was per evaluation).
 
         The QuickJS time limit is set to what is left of the drive's CPU budget when that is
         less than the per-evaluation cap; an interruption is then the budget's, and ends the
         drive (``BudgetSpent``) instead of becoming ``error.execution``.
+
+        Reading the clock costs more than many calls: after a read that left room for ``k + 2``
+        caps, the next ``k`` calls (at most one cap each) skip it. Only Python work of more than
+        two caps between two calls (which the interpreter's own budget checks stop) could then
+        let one call run to its cap past the budget.
         """
         budget = self.budget
         if budget is not None:
-            left = budget.remaining_s()  # raises BudgetSpent when nothing is left
-            cap = self.limits.time_ms / 1000.0
-            if left is not None and left < cap:
-                self.js.set_time_limit(max(left, 0.001))
-                self.short = True
-            elif self.short:  # back to the cap after a short limit (set when the runtime started)
-                self.js.set_time_limit(cap)
-                self.short = False
+            if self.unchecked > 0:
+                self.unchecked -= 1
+            else:
+                left = budget.remaining_s()  # raises BudgetSpent when nothing is left
+                cap = self.cap
+                if left is not None and left < cap:
+                    self.js.set_time_limit(max(left, 0.001))
+                    self.short = True
+                else:
+                    if self.short:  # back to the cap after a short limit (set when the runtime started)
+                        self.js.set_time_limit(cap)
+                        self.short = False
+                    self.unchecked = _UNCHECKED if left is None else min(_UNCHECKED, int(left / cap) - 2)
         try:
-            return fn(*args)
+            return self.call(*args)
         except Exception as exc:  # JSException, StackOverflow, conversion errors
             if self.realm is not None:
                 # Chart code cannot make an exception escape the dispatcher (it catches all it
@@ -250,6 +267,7 @@ class EcmaScriptContext:
             heap = min(heap, self.budget.memory_bytes)
         realm = acquire(self, heap_bytes=heap, time_s=lim.time_ms / 1000.0, stack_bytes=lim.stack_bytes)
         self.realm = realm
+        self.serial = realm.serial
         self.js = realm.js
         self.call = realm.call
         dm = self.dm
@@ -297,17 +315,19 @@ class EcmaScriptContext:
         """The realm's key of the compiled expression (each realm compiles a source once)."""
         realm = self.realm
         assert realm is not None
-        src = self.dm.src[expr.id]
+        dm = self.dm
+        src = dm.src[expr.id]
         key = realm.keys.get((kind, src))
         if key is not None:
+            dm.compiled[kind][expr.id] = (realm.serial, key)
             return key
-        dm = self.dm
         bad = dm.failed.get((kind, expr.id))
         if bad is None:
             key = len(realm.keys)
             r = self._invoke("compile", key, kind, src)
             if not r:
                 realm.keys[(kind, src)] = key
+                dm.compiled[kind][expr.id] = (realm.serial, key)
                 return key
             bad = dm.failed[(kind, expr.id)] = f"{expr.src!r} does not compile: {r}"
         raise EvaluationError(bad)
@@ -371,15 +391,23 @@ class EcmaScriptContext:
     # ------------------------------------------------------------------ the Context protocol
     def evaluate(self, expr: Expr) -> Any:
         """Evaluate an expression (a location is read as a value)."""
-        self._runtime()
-        key = self._compile(expr, "expr")
-        return self._result(self._invoke("eval", key, self._ids(self.dm.in_ids[expr.id])), expr)
+        if self.call is None or self.pending_event is not _NOTHING:
+            self._runtime()
+        self.dump_cache = None
+        hit = self.dm.compiled["expr"][expr.id]
+        key = hit[1] if hit is not None and hit[0] == self.serial else self._compile(expr, "expr")
+        need = self.dm.in_ids[expr.id]
+        return self._result(self._invoke("eval", key, None if need is None else self._ids(need)), expr)
 
     def cond(self, expr: Expr) -> bool:
         """Evaluate a condition with ECMAScript's ToBoolean."""
-        self._runtime()
-        key = self._compile(expr, "cond")
-        r = self._invoke("cond", key, self._ids(self.dm.in_ids[expr.id]))
+        if self.call is None or self.pending_event is not _NOTHING:
+            self._runtime()
+        self.dump_cache = None
+        hit = self.dm.compiled["cond"][expr.id]
+        key = hit[1] if hit is not None and hit[0] == self.serial else self._compile(expr, "cond")
+        need = self.dm.in_ids[expr.id]
+        r = self._invoke("cond", key, None if need is None else self._ids(need))
         if r is True or r is False:
             return r
         raise EvaluationError(f"{expr.src!r}: {r[2:] if isinstance(r, str) else r}")
@@ -490,7 +518,7 @@ class EcmaScriptContext:
         try:
             if self.bad_names is not None:
                 raise SerializationError("the dump failed before in this drive")
-            r = self._call(self.call, "dump")
+            r = self._invoke("dump")
             if self.budget is not None and isinstance(r, str):
                 self.budget.hold(self.session_id, len(r))  # held by the host call until it commits
             out, bad = self._parse_dump(r)
@@ -526,7 +554,7 @@ class EcmaScriptContext:
     def _dump_each(self) -> tuple[dict[str, Any], list[Any]]:
         """``(stored values, [(name, why refused)])``, one JS call per variable."""
         try:
-            names = json.loads(self._call(self.call, "names"))
+            names = json.loads(self._invoke("names"))
         except (EvaluationError, ValueError, TypeError) as exc:  # not even the names: keep what was stored
             return {}, [(k, f"the datamodel could not be read back ({exc})") for k in self.vars]
         out: dict[str, Any] = {}
@@ -539,7 +567,7 @@ class EcmaScriptContext:
                 bad.append((name, known[name]))
                 continue
             try:
-                r = self._call(self.call, "dumpone", name)
+                r = self._invoke("dumpone", name)
                 if r == "-":
                     continue
                 if not isinstance(r, str) or r[:1] not in ("j", "J"):

@@ -272,10 +272,14 @@ function dump() { var ks = userNames(); lastNames = ks; return dumpNames(ks); }
 function dumpNames(ks) {
   var s = "{", sp = false, bad = [];
   for (var j = 0; j < ks.length; j++) {
-    var k = ks[j], v = g[k], text;
-    if (typeof v === "function" && code[k] === v) continue;
-    try { text = encode(v); } catch (e) { bad[bad.length] = [k, e.msg]; continue; }
-    sp = sp || special;
+    var k = ks[j], v = g[k], t = typeof v, text;
+    if (t === "function" && code[k] === v) continue;
+    if (t === "number" && v - v === 0) text = "" + v;  // (what stringify makes of it, with no replacer call)
+    else if (t === "boolean" || v === null) text = "" + v;
+    else {
+      try { text = encode(v); } catch (e) { bad[bad.length] = [k, e.msg]; continue; }
+      sp = sp || special;
+    }
     s += (s === "{" ? "" : ",") + stringify(k) + ":" + text;
   }
   return (sp ? "J" : "j") + s + "}" + (bad.length ? "\u0003" + stringify(bad) : "");

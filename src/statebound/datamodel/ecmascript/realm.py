@@ -58,7 +58,7 @@ def realms_made() -> int:
 class Realm:
     """One QuickJS runtime with the prelude evaluated and its intrinsics frozen."""
 
-    __slots__ = ("__weakref__", "call", "js", "keys", "owner", "retired", "scripts", "size")
+    __slots__ = ("__weakref__", "call", "js", "keys", "owner", "retired", "scripts", "serial", "size")
 
     def __init__(self) -> None:
         js = quickjs.Context()
@@ -69,6 +69,8 @@ class Realm:
         except Exception as exc:
             raise EvaluationError(f"the ECMAScript sandbox could not start: {str(exc).splitlines()[0]}") from None
         _made[0] += 1
+        #: this realm's number in the process (caches keyed by it never mistake a newer realm for it)
+        self.serial = _made[0]
         self.js = js
         #: bytes the realm takes when nothing runs in it
         self.size = js.memory()["malloc_size"]
