@@ -5,7 +5,7 @@ the same in both languages). Three competitors, their repeats interleaved:
 
 * ``python``: the python datamodel;
 * ``ecmascript``: the ecmascript datamodel as it is, one frozen QuickJS realm per thread,
-  wiped between drives (docs/adr/0019-one-frozen-quickjs-realm-per-thread.md);
+  wiped between drives (docs/adr/0021-one-frozen-quickjs-realm-per-thread.md);
 * ``ecmascript before``: the ecmascript datamodel of commit :data:`BEFORE`, which started a
   QuickJS runtime and parsed its prelude on every drive. Its source is read from git and
   loaded beside the current package, so both run in this process on the same interpreter;

@@ -1,4 +1,4 @@
-"""Isolation of the ecmascript datamodel's shared realm (issue 15, ADR 0019).
+"""Isolation of the ecmascript datamodel's shared realm (issue 15, ADR 0021).
 
 Every drive of a thread runs in the same QuickJS realm, wiped in between. A *writer*
 session tries to leave something behind -- a global, a changed built-in, a closure, a

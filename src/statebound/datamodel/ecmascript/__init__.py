@@ -25,7 +25,7 @@ Sandbox
 -------
 Each thread keeps one QuickJS realm, set up once, with every built-in frozen; before each
 drive it is wiped of what the last drive left (:mod:`.realm`,
-``docs/adr/0019-one-frozen-quickjs-realm-per-thread.md``). A drive gets a memory cap, a
+``docs/adr/0021-one-frozen-quickjs-realm-per-thread.md``). A drive gets a memory cap, a
 CPU-time cap per evaluation and a stack cap (:class:`Limits`, :func:`set_limits`), and spends the drive's
 :class:`~statebound.datamodel.budget.Budget`: the time limit of each call into JS is what is
 left of it when that is less than the cap. The runtime has no

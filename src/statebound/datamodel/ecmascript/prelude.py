@@ -8,7 +8,7 @@ writable data properties of prototypes become accessor pairs, so that an assignm
 ``Foo.prototype.toString = f`` still makes an own property instead of silently failing (the
 "override mistake" of frozen realms). After that, a session can only change the properties
 it adds to the global object and the prelude's per-drive state, which ``reset`` wipes before
-every drive (see ``docs/adr/0019-one-frozen-quickjs-realm-per-thread.md``).
+every drive (see ``docs/adr/0021-one-frozen-quickjs-realm-per-thread.md``).
 
 Nothing the prelude defines is reachable from chart code except the system variables and
 ``In()``, and those are frozen too.

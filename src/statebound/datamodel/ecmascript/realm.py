@@ -2,7 +2,7 @@
 
 Starting a QuickJS runtime and evaluating the prelude costs about 1.5 ms, thirty times a
 python drive, so a realm is made once per thread and then lent to one drive at a time
-(``docs/adr/0019-one-frozen-quickjs-realm-per-thread.md``):
+(``docs/adr/0021-one-frozen-quickjs-realm-per-thread.md``):
 
 * **Frozen.** The prelude freezes every shared object (:mod:`.prelude`): no drive can change
   a built-in another drive will see.
