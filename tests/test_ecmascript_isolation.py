@@ -318,3 +318,19 @@ def test_threads_each_use_their_own_realm():
     for t in threads:
         t.join()
     assert errors == []
+
+
+def test_compiled_expressions_count_as_part_of_the_realm():
+    # 2,000 distinct expressions compile to more than the realm's slack: the realm keeps them
+    # (and is not replaced as if they were garbage a drive left)
+    body = "".join(f'<log label="v{i}" expr="n + {i}"/>' for i in range(2000))
+    c = chart(f'<state id="a"><onentry>{body}</onentry><transition event="e" target="a"/></state>',
+              '<data id="n" expr="1"/>')
+    it = sb.Interpreter(c)
+    pos, effects = it.start("many")
+    assert logs(effects)["v1999"] == 2000
+    made = realm.realms_made()
+    for _ in range(2):
+        pos, effects = it.drive(pos, "e")
+        assert logs(effects)["v7"] == 8
+    assert realm.realms_made() == made

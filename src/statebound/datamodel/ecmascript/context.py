@@ -327,6 +327,7 @@ class EcmaScriptContext:
             r = self._invoke("compile", key, kind, src)
             if not r:
                 realm.keys[(kind, src)] = key
+                realm.cached(512 + 16 * len(src))
                 dm.compiled[kind][expr.id] = (realm.serial, key)
                 return key
             bad = dm.failed[(kind, expr.id)] = f"{expr.src!r} does not compile: {r}"
@@ -340,6 +341,7 @@ class EcmaScriptContext:
         if key is not None:
             return key, None
         key = realm.scripts[script.src] = len(realm.scripts)
+        realm.cached(64 + 2 * len(script.src))
         return key, script.src
 
     # ------------------------------------------------------------------ values out of JS

@@ -34,12 +34,15 @@ import quickjs
 from ...exceptions import EvaluationError
 from .prelude import PRELUDE
 
-__all__ = ["Realm", "acquire", "SLACK_BYTES", "POOL_SIZE", "realms_made"]
+__all__ = ["Realm", "acquire", "SLACK_BYTES", "CACHE_BYTES", "POOL_SIZE", "realms_made"]
 
 #: What a realm may carry into a drive on top of its own size: garbage of earlier drives
 #: (QuickJS collects cycles only now and then), compiled expressions, registered symbols and
 #: promise jobs that never run. Past it, the realm is replaced.
 SLACK_BYTES = 1024 * 1024
+#: What compiled expressions and scripts may add to a realm before it is replaced (and its
+#: cache with it): a process that loads charts without end must not grow without end.
+CACHE_BYTES = 32 * 1024 * 1024
 #: Realms a thread keeps: one per context open at the same time (nested drives are rare).
 POOL_SIZE = 4
 #: Time and memory the prelude may take to set a realm up (about 2 ms and 0.5 MiB).
@@ -58,7 +61,7 @@ def realms_made() -> int:
 class Realm:
     """One QuickJS runtime with the prelude evaluated and its intrinsics frozen."""
 
-    __slots__ = ("__weakref__", "call", "js", "keys", "owner", "retired", "scripts", "serial", "size")
+    __slots__ = ("__weakref__", "call", "fresh", "js", "keys", "owner", "retired", "scripts", "serial", "size")
 
     def __init__(self) -> None:
         js = quickjs.Context()
@@ -72,8 +75,9 @@ class Realm:
         #: this realm's number in the process (caches keyed by it never mistake a newer realm for it)
         self.serial = _made[0]
         self.js = js
-        #: bytes the realm takes when nothing runs in it
-        self.size = js.memory()["malloc_size"]
+        #: bytes the realm takes when nothing runs in it: as set up, plus an estimate of what
+        #: its compiled expressions and scripts hold (see :meth:`cached`)
+        self.size = self.fresh = js.memory()["malloc_size"]
         #: (kind, source) -> key of the compiled expression in the realm
         self.keys: dict[tuple[str, str], int] = {}
         #: source -> key of a ``<script>`` the realm holds
@@ -90,7 +94,7 @@ class Realm:
         than it should (garbage QuickJS has not collected yet, or values of a drive that
         ended before listing them), and a fresh realm is cheaper than finding out which.
         """
-        if self.retired is not None:
+        if self.retired is not None or self.size - self.fresh > CACHE_BYTES:
             return False
         js = self.js
         js.set_time_limit(time_s)
@@ -106,12 +110,13 @@ class Realm:
         self.owner = weakref.ref(owner)
         self.js.set_memory_limit(self.size + SLACK_BYTES + heap_bytes)
 
-    def key(self, kind: str, src: str) -> tuple[int, bool]:
-        """The key of a compiled expression, and whether it still has to be compiled."""
-        k = self.keys.get((kind, src))
-        if k is not None:
-            return k, False
-        return len(self.keys), True
+    def cached(self, nbytes: int) -> None:
+        """Count ``nbytes`` the realm now keeps for good (a compiled expression, a script).
+
+        Measured: a compiled expression takes about 500 bytes plus 16 per character of
+        source; estimating beats measuring, which walks the whole heap.
+        """
+        self.size += nbytes
 
 
 def acquire(owner: Any, *, heap_bytes: int, time_s: float, stack_bytes: int) -> Realm:
