@@ -132,12 +132,16 @@ class EcmaScriptDatamodel:
     def open(self, variables: dict[str, Any], session_id: str, name: str,
              ioprocessors: Mapping[str, Any], in_state: Callable[[str], bool],
              budget: Budget | None = None) -> EcmaScriptContext:
-        """Open a drive's context. The JS runtime is created on first use."""
+        """Open a drive's context. It borrows its thread's realm on first use."""
         return EcmaScriptContext(self, variables, session_id, name, ioprocessors, in_state, budget)
 
 
 class EcmaScriptContext:
-    """One drive's QuickJS runtime. See :class:`statebound.datamodel.base.Context`."""
+    """One drive's view of its thread's QuickJS realm. See :class:`statebound.datamodel.base.Context`.
+
+    The realm is borrowed when the drive first needs it and stays this context's until the
+    context is gone; ``begin`` installs the session's variables in the freshly wiped realm.
+    """
 
     __slots__ = (
         "__weakref__",

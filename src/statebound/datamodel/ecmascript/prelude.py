@@ -3,11 +3,13 @@
 The prelude's completion value is the dispatcher the Python side calls (``call(op, ...)``).
 Evaluating it also *locks the realm down*: every object reachable from the global object
 (and the intrinsics only reachable through a sample: generator, iterator and async
-prototypes) is frozen, the global object's own properties become non-configurable, and the
-writable data properties of prototypes become accessor pairs, so that an assignment such as
-``Foo.prototype.toString = f`` still makes an own property instead of silently failing (the
-"override mistake" of frozen realms). After that, a session can only change the properties
-it adds to the global object and the prelude's per-drive state, which ``reset`` wipes before
+prototypes, ``In``, the DOM's prototypes) is frozen, and the writable data properties of
+prototypes become accessor pairs, so that an assignment such as ``Foo.prototype.toString = f``
+still makes an own property instead of silently failing (the "override mistake" of frozen
+realms). The standard globals move to ``STD``, a frozen object between the global object and
+``Object.prototype``; the global object keeps as its own only the system variables and
+``undefined``/``NaN``/``Infinity``. After that, a session can only change the properties it
+adds to the global object and the prelude's per-drive state, which ``reset`` wipes before
 every drive (see ``docs/adr/0021-one-frozen-quickjs-realm-per-thread.md``).
 
 Nothing the prelude defines is reachable from chart code except the system variables and
@@ -359,7 +361,7 @@ function dispatch(op, a, b, c, d, e, f, h, k, m) {
     for (var j = 0; j < ks.length; j++) { var dd = getDesc(g, ks[j]); if (dd && typeof dd.value === "function") code[ks[j]] = dd.value; }
     return "";
   case "names":    // the user variables as JSON, for dumping them one by one (see variables())
-    var nm = userNames(), s1 = "[";  // no stringify(array): a chart can give arrays a toJSON
+    var nm = lastNames = userNames(), s1 = "[";  // no stringify(array): a chart can give arrays a toJSON
     for (var q1 = 0; q1 < nm.length; q1++) s1 += (q1 ? "," : "") + stringify(Str(nm[q1]));
     return s1 + "]";
   case "dumpone":  // a: name -> "j"/"J" + JSON, "-" for top-level code, "\u0003" + why it cannot be stored
