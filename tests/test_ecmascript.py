@@ -11,16 +11,9 @@ from statebound.chart import compiler
 from statebound.exceptions import ChartError
 
 quickjs = pytest.importorskip("quickjs", reason="the ecmascript extra is not installed")
+from _ecma import NS, chart  # noqa: E402
+
 from statebound.datamodel import ecmascript as E  # noqa: E402
-
-NS = 'xmlns="http://www.w3.org/2005/07/scxml" version="1.0" datamodel="ecmascript"'
-
-
-def chart(body: str, datamodel: str = "", **limits) -> sb.Chart:
-    c = sb.Chart.from_scxml(f"<scxml {NS}>{datamodel and '<datamodel>' + datamodel + '</datamodel>'}{body}</scxml>")
-    if limits:
-        E.set_limits(c, **limits)
-    return c
 
 
 def run(c: sb.Chart, *events, data=None):

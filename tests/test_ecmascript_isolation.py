@@ -18,18 +18,12 @@ import statebound as sb
 from statebound.datamodel.base import datamodel_for
 
 pytest.importorskip("quickjs", reason="the ecmascript extra is not installed")
+from _ecma import chart
+
 from statebound.datamodel import ecmascript as E
 from statebound.datamodel.ecmascript import realm
 
-NS = 'xmlns="http://www.w3.org/2005/07/scxml" version="1.0" datamodel="ecmascript"'
 SECRET = "S3CR3T-7f1c"
-
-
-def chart(body: str, datamodel: str = "", **limits) -> sb.Chart:
-    c = sb.Chart.from_scxml(f"<scxml {NS}>{datamodel and '<datamodel>' + datamodel + '</datamodel>'}{body}</scxml>")
-    if limits:
-        E.set_limits(c, **limits)
-    return c
 
 
 def esc(js: str) -> str:

@@ -395,25 +395,23 @@ class EcmaScriptContext:
         return "json", text, special
 
     # ------------------------------------------------------------------ the Context protocol
-    def evaluate(self, expr: Expr) -> Any:
-        """Evaluate an expression (a location is read as a value)."""
+    def _ready(self, expr: Expr, kind: str) -> tuple[int, str | None]:
+        """The runtime ready, and the key of ``expr`` compiled as ``kind`` with its In() ids."""
         if self.call is None or self.pending_event is not _NOTHING:
             self._runtime()
         self.dump_cache = None
-        hit = self.dm.compiled["expr"][expr.id]
-        key = hit[1] if hit is not None and hit[0] == self.serial else self._compile(expr, "expr")
+        hit = self.dm.compiled[kind][expr.id]
+        key = hit[1] if hit is not None and hit[0] == self.serial else self._compile(expr, kind)
         need = self.dm.in_ids[expr.id]
-        return self._result(self._invoke("eval", key, None if need is None else self._ids(need)), expr)
+        return key, None if need is None else self._ids(need)
+
+    def evaluate(self, expr: Expr) -> Any:
+        """Evaluate an expression (a location is read as a value)."""
+        return self._result(self._invoke("eval", *self._ready(expr, "expr")), expr)
 
     def cond(self, expr: Expr) -> bool:
         """Evaluate a condition with ECMAScript's ToBoolean."""
-        if self.call is None or self.pending_event is not _NOTHING:
-            self._runtime()
-        self.dump_cache = None
-        hit = self.dm.compiled["cond"][expr.id]
-        key = hit[1] if hit is not None and hit[0] == self.serial else self._compile(expr, "cond")
-        need = self.dm.in_ids[expr.id]
-        r = self._invoke("cond", key, None if need is None else self._ids(need))
+        r = self._invoke("cond", *self._ready(expr, "cond"))
         if r is True or r is False:
             return r
         raise EvaluationError(f"{expr.src!r}: {r[2:] if isinstance(r, str) else r}")
