@@ -442,11 +442,9 @@ class EcmaScriptContext:
             raise EvaluationError(f"cannot assign to {location.src!r}: it is not a location")
         if root in SYSTEM_VARIABLES:
             raise EvaluationError(f"cannot assign to {location.src!r}: {root} is a read-only system variable")
-        self._runtime()
-        key = self._compile(location, "set")
+        key, ids = self._ready(location, "set")
         mode, payload, special = self._payload(value, self.dm.xml_assign.get(location.id))
-        r = self._invoke("assign", key, root, mode, payload, special,
-                         self._ids(self.dm.in_ids[location.id]))
+        r = self._invoke("assign", key, root, mode, payload, special, ids)
         self.last = _NOTHING
         if r:
             raise EvaluationError(f"cannot assign to {location.src!r}: {r[1:]}")
