@@ -328,3 +328,18 @@ def test_compiled_expressions_count_as_part_of_the_realm():
         pos, effects = it.drive(pos, "e")
         assert logs(effects)["v7"] == 8
     assert realm.realms_made() == made
+
+
+def test_math_random_starts_afresh_after_a_drive_that_drew_from_it(monkeypatch):
+    # with the same seed every time, two sessions draw the same numbers: the second does not
+    # continue the stream the first one read (and so cannot be predicted from it)
+    import types
+    monkeypatch.setattr(realm, "os", types.SimpleNamespace(urandom=lambda n: bytes(range(7, 7 + n))))
+    c = chart('<state id="a"><onentry><log label="r" expr="[Math.random(), Math.random(), Math.random()].join()"/>'
+              '</onentry></state>')
+    draws = [logs(sb.Interpreter(c).start(f"s{i}")[1])["r"] for i in range(3)]
+    assert draws[1] == draws[2]  # (the first may continue a stream seeded before the patch)
+    assert all(0 <= float(x) < 1 for x in draws[1].split(","))
+    monkeypatch.undo()
+    fresh = [logs(sb.Interpreter(c).start(f"t{i}")[1])["r"] for i in range(2)]
+    assert fresh[0] != fresh[1] and draws[1] not in fresh

@@ -280,12 +280,12 @@ class EcmaScriptContext:
         else:
             text, special = "{}", False
         iop = dm.iop_text(self.session_id, self.ioprocessors)
-        event: tuple[Any, ...] = ()
+        event: tuple[Any, ...] = (None, None, False)
         if not self.started and self.pending_event is not _NOTHING:  # (top-level code runs with no _event)
             event = self._event_args(self.pending_event)
             self.pending_event = _NOTHING
         self._check(self._invoke("begin", self.session_id, self.name, iop, text if self.vars else None, special,
-                                 *event), "the stored variables could not be loaded")
+                                 *event, realm.seed()), "the stored variables could not be loaded")
         if self.started:
             # Functions are code: re-create the chart's top-level ones, stored data wins.
             ids = self._ids(True) if dm.full_in else None

@@ -138,6 +138,25 @@ ro("_ioprocessors", function () { return iop; });
 ro("_event", function () { return getEvent(); });
 ro("In", function () { return In; });
 var dom = (%DOM%)(create, defProp, hasOwn);
+// Math.random, reseeded from the host's entropy before any drive that follows one that drew
+// from it: QuickJS's own generator would be one stream through every session of the realm,
+// and a session that read it could predict the numbers the next one draws. (xoshiro128**)
+var rs = [0, 0, 0, 1], drew = true, imul = Math.imul, parseHex = parseInt;
+function rotl(x, k) { return (x << k) | (x >>> (32 - k)); }
+function next32() {
+  var r = imul(rotl(imul(rs[1], 5), 7), 9) >>> 0, t = rs[1] << 9;
+  rs[2] ^= rs[0]; rs[3] ^= rs[1]; rs[1] ^= rs[2]; rs[0] ^= rs[3]; rs[2] ^= t; rs[3] = rotl(rs[3], 11);
+  return r;
+}
+function seed(hex) {
+  for (var j = 0; j < 4; j++) rs[j] = parseHex(apply(slice, hex, [8 * j, 8 * j + 8]), 16) | 0;
+  if (!(rs[0] | rs[1] | rs[2] | rs[3])) rs[3] = 1;
+  drew = false;
+}
+defProp(Math, "random", { writable: true, enumerable: false, configurable: true, value: { random() {
+  drew = true;
+  return ((next32() >>> 5) * 67108864 + (next32() >>> 6)) / 9007199254740992;
+} }.random });
 // ---- lockdown: freeze every shared object, once
 var OWN = create(null), OWN_COUNT = 0, STD = create(getProto(g));
 ["_sessionid", "_name", "_ioprocessors", "_event", "In", "undefined", "NaN", "Infinity"].forEach(function (k) {
@@ -246,7 +265,7 @@ function reset() {
   if (!isExtensible(g)) return "the global object was made non-extensible";
   ks = ownKeys(g);
   if (ks.length !== OWN_COUNT) for (j = 0; j < ks.length; j++) if (!isBase(ks[j])) delete g[ks[j]];
-  return "";
+  return drew ? "r" : "";  // "r": begin must bring a new seed for Math.random
 }
 function setActive(ids) {
   active = null;
@@ -385,9 +404,10 @@ function dispatch(op, a, b, c, d, e, f, h, k, m) {
   case "reset":
     try { return reset(); } catch (x) { return "the realm could not be reset: " + describe(x); }
   case "begin":    // a: session id, b: chart name, c: ioprocessors JSON, d: variables JSON or null, e: special,
-                   // f, h, k: the event (as for "event")
+                   // f, h, k: the event (as for "event"), m: 32 hex digits to seed Math.random, or null
     sid = a; chartName = b;
-    setEvent(f === undefined ? null : f, h, k);
+    setEvent(f, h, k);
+    if (m !== null) seed(m);
     try {
       if (c !== iopText) { iop = deepFreeze(parse(c)); iopText = c; }
       if (d !== null) install(d, e);

@@ -25,6 +25,7 @@ python drive, so a realm is made once per thread and then lent to one drive at a
 
 from __future__ import annotations
 
+import os
 import threading
 import weakref
 from typing import Any
@@ -61,7 +62,8 @@ def realms_made() -> int:
 class Realm:
     """One QuickJS runtime with the prelude evaluated and its intrinsics frozen."""
 
-    __slots__ = ("__weakref__", "call", "fresh", "js", "keys", "owner", "retired", "scripts", "serial", "size")
+    __slots__ = ("__weakref__", "call", "fresh", "js", "keys", "owner", "reseed", "retired", "scripts", "serial",
+                 "size")
 
     def __init__(self) -> None:
         js = quickjs.Context()
@@ -85,6 +87,8 @@ class Realm:
         self.owner: Any = None
         #: why the realm must not be lent again (a drive breached a limit in it)
         self.retired: str | None = None
+        #: Math.random was drawn from since it was seeded: the next drive brings a new seed
+        self.reseed = True
 
     def wipe(self, time_s: float, stack_bytes: int) -> bool:
         """Make the realm ready for a new drive; ``False`` when it must be replaced instead.
@@ -101,14 +105,23 @@ class Realm:
         js.set_max_stack_size(stack_bytes)
         js.set_memory_limit(self.size + SLACK_BYTES)
         try:
-            return not self.call("reset")
+            r = self.call("reset")
         except Exception:  # out of memory under the tight limit, or interrupted
             return False
+        self.reseed = r == "r"
+        return r in ("", "r")
 
     def lend(self, owner: Any, heap_bytes: int) -> None:
         """Give the realm to ``owner`` (a context) with a heap of ``heap_bytes`` for its drive."""
         self.owner = weakref.ref(owner)
         self.js.set_memory_limit(self.size + SLACK_BYTES + heap_bytes)
+
+    def seed(self) -> str | None:
+        """A new seed for Math.random when the last drive drew from it (``begin`` takes it)."""
+        if not self.reseed:
+            return None
+        self.reseed = False
+        return os.urandom(16).hex()
 
     def cached(self, nbytes: int) -> None:
         """Count ``nbytes`` the realm now keeps for good (a compiled expression, a script).
