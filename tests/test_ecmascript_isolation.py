@@ -343,3 +343,16 @@ def test_math_random_starts_afresh_after_a_drive_that_drew_from_it(monkeypatch):
     monkeypatch.undo()
     fresh = [logs(sb.Interpreter(c).start(f"t{i}")[1])["r"] for i in range(2)]
     assert fresh[0] != fresh[1] and draws[1] not in fresh
+
+
+def test_more_contexts_open_at_once_than_the_pool_keeps():
+    dm = datamodel_for(COUNTER)
+    expr = next(e for e in COUNTER.expressions if e.src == "total + _event.data")
+    contexts = []
+    for i in range(realm.POOL_SIZE + 3):
+        ctx = dm.open({"total": 1000 * i}, f"p{i}", "c", {}, lambda _: True)
+        ctx.set_event(sb.Event("add", data=i))
+        assert ctx.evaluate(expr) == 1001 * i
+        contexts.append(ctx)
+    assert len({id(c.realm) for c in contexts}) == len(contexts)  # each its own realm
+    assert [c.variables() for c in contexts] == [{"total": 1000 * i} for i in range(len(contexts))]
