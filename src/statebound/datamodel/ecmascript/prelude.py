@@ -343,7 +343,7 @@ function compile(kind, src) {
 // Strings go back to Python flat: the binding cannot convert QuickJS rope strings.
 return function (op, a, b, c, d, e, f, h, k, m) {
   var r = dispatch(op, a, b, c, d, e, f, h, k, m);
-  return typeof r === "string" ? apply(slice, r, [0]) : r;
+  return typeof r === "string" && r !== "" ? apply(slice, r, [0]) : r;
 };
 function dispatch(op, a, b, c, d, e, f, h, k, m) {
   switch (op) {
@@ -363,6 +363,20 @@ function dispatch(op, a, b, c, d, e, f, h, k, m) {
       T.set[a](v);
       return "";
     } catch (x) { return "\u0001e" + describe(x); } finally { active = null; }
+  case "dump":
+    try { return dump(); } catch (x) { return "\u0001e" + describe(x); }
+  case "reset":
+    try { return reset(); } catch (x) { return "the realm could not be reset: " + describe(x); }
+  case "begin":    // a: session id, b: chart name, c: ioprocessors JSON, d: variables JSON or null, e: special,
+                   // f, h, k: the event (as for "event"), m: 32 hex digits to seed Math.random, or null
+    sid = a; chartName = b;
+    setEvent(f, h, k);
+    if (m !== null) seed(m);
+    try {
+      if (c !== iopText) { iop = deepFreeze(parse(c)); iopText = c; }
+      if (d !== null) install(d, e);
+      return "";
+    } catch (x) { return "\u0001e" + describe(x); }
   case "declare":  // a: name, b: mode, c: payload, d: special, e: the value may be top-level code
     try {
       if (b === "last" && !lastData && e && typeof last === "function") { put(a, last); code[a] = last; }
@@ -399,20 +413,6 @@ function dispatch(op, a, b, c, d, e, f, h, k, m) {
     return "";
   case "install":
     try { install(a, b); return ""; } catch (x) { return "\u0001e" + describe(x); }
-  case "dump":
-    try { return dump(); } catch (x) { return "\u0001e" + describe(x); }
-  case "reset":
-    try { return reset(); } catch (x) { return "the realm could not be reset: " + describe(x); }
-  case "begin":    // a: session id, b: chart name, c: ioprocessors JSON, d: variables JSON or null, e: special,
-                   // f, h, k: the event (as for "event"), m: 32 hex digits to seed Math.random, or null
-    sid = a; chartName = b;
-    setEvent(f, h, k);
-    if (m !== null) seed(m);
-    try {
-      if (c !== iopText) { iop = deepFreeze(parse(c)); iopText = c; }
-      if (d !== null) install(d, e);
-      return "";
-    } catch (x) { return "\u0001e" + describe(x); }
   }
   return "\u0001eunknown operation";
 }
