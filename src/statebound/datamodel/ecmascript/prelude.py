@@ -32,8 +32,7 @@ _PRELUDE = r"""
 "use strict";
 var g = globalThis, O = Object, R = Reflect, apply = R.apply, defProp = O.defineProperty, names = O.getOwnPropertyNames,
   ownKeys = R.ownKeys, getDesc = O.getOwnPropertyDescriptor, getProto = O.getPrototypeOf, freeze = O.freeze,
-  create = O.create, hasOwn = O.hasOwn, isExtensible = O.isExtensible, setProto = R.setPrototypeOf, keys = O.keys,
-  symbols = O.getOwnPropertySymbols, assign = O.assign,
+  create = O.create, hasOwn = O.hasOwn, isExtensible = O.isExtensible, setProto = R.setPrototypeOf,
   isArray = Array.isArray, isView = ArrayBuffer.isView, parse = JSON.parse, stringify = JSON.stringify,
   geval = g.eval, Str = String, slice = String.prototype.slice, split = String.prototype.split,
   test = RegExp.prototype.test, fnText = Function.prototype.toString, TypeErr = TypeError, Err = Error,
@@ -274,7 +273,6 @@ function setActive(ids) {
     if (ids !== "") { var p = apply(split, ids, ["\u001f"]); for (var j = 0; j < p.length; j++) active[p[j]] = true; }
   }
 }
-function isUser(k) { return OWN[k] !== true; }
 function put(k, v) {
   if (SYSTEM[k]) throw new Refusal(k + " is a system variable");
   var d = getDesc(g, k);
