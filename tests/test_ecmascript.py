@@ -11,16 +11,9 @@ from statebound.chart import compiler
 from statebound.exceptions import ChartError
 
 quickjs = pytest.importorskip("quickjs", reason="the ecmascript extra is not installed")
+from _ecma import NS, chart  # noqa: E402
+
 from statebound.datamodel import ecmascript as E  # noqa: E402
-
-NS = 'xmlns="http://www.w3.org/2005/07/scxml" version="1.0" datamodel="ecmascript"'
-
-
-def chart(body: str, datamodel: str = "", **limits) -> sb.Chart:
-    c = sb.Chart.from_scxml(f"<scxml {NS}>{datamodel and '<datamodel>' + datamodel + '</datamodel>'}{body}</scxml>")
-    if limits:
-        E.set_limits(c, **limits)
-    return c
 
 
 def run(c: sb.Chart, *events, data=None):
@@ -292,3 +285,42 @@ def test_limits_api():
     assert lim.time_ms == 50 and lim.memory_bytes == E.DEFAULT_LIMITS.memory_bytes and E.get_limits(c) is lim
     with pytest.raises(ValueError):
         E.Limits(time_ms=0)
+
+
+# --------------------------------------------------------------------------- the shared realm
+def test_drives_reuse_one_realm_per_thread():
+    from statebound.datamodel.ecmascript import realm
+    c = chart('<state id="a"><transition event="e" target="a"><assign location="n" expr="n + 1"/></transition>'
+              '</state>', '<data id="n" expr="0"/>')
+    interp = sb.Interpreter(c)
+    run(c)  # this thread has a realm now
+    made = realm.realms_made()
+    positions = [interp.start(f"s{i}")[0] for i in range(5)]
+    for _ in range(4):
+        positions = [interp.drive(p, "e")[0] for p in positions]
+    assert [p.datamodel["n"] for p in positions] == [4] * 5
+    assert realm.realms_made() == made  # twenty-five drives, not one prelude parsed
+
+
+def test_standard_globals_can_be_shadowed_for_a_drive_but_never_changed():
+    c = chart('<state id="a"><onentry><script>var Math = { kind: "mine" }; Array = 5;</script>'
+              '<log label="mine" expr="Math.kind"/><log label="array" expr="typeof Array"/>'
+              '</onentry><transition event="e" target="b"/></state>'
+              '<state id="b"><onentry><log label="json" expr="JSON.length + Math.kind"/></onentry></state>',
+              '<data id="JSON" expr="[1, 2, 3]"/>')
+    pos, effects = run(c, "e")
+    # var and <data> shadow a built-in with a variable of the chart's own (stored like any
+    # other); a bare assignment cannot change the shared built-in
+    assert logs(effects) == [("mine", "mine"), ("array", "function"), ("json", "3mine")]
+    assert pos.datamodel["JSON"] == [1, 2, 3] and pos.datamodel["Math"] == {"kind": "mine"}
+    other = chart('<state id="a"><onentry><log label="ok" expr="Math.max(1, 2) === 2 &amp;&amp; '
+                  'JSON.stringify([1]) === \'[1]\' &amp;&amp; Array.isArray([])"/></onentry></state>')
+    assert logs(run(other)[1]) == [("ok", True)]
+
+
+def test_direct_eval_and_sloppy_this_still_see_their_scope():
+    c = chart('<state id="a"><onentry><log label="eval" expr="(function () { var q = 5; return eval(\'q + 1\'); })()"/>'
+              '<log label="this" expr="(function () { return this === globalThis; })()"/>'
+              '<log label="global" expr="Function(\'return this\')() === globalThis &amp;&amp; globalThis.n === 1"/>'
+              '</onentry></state>', '<data id="n" expr="1"/>')
+    assert logs(run(c)[1]) == [("eval", 6), ("this", True), ("global", True)]
