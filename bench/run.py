@@ -306,6 +306,7 @@ __import__("bench_outbox").register(section)  # section outbox (bench/bench_outb
 __import__("bench_dynamo").register(section)  # section dynamodb, on moto (bench/bench_dynamo.py)
 __import__("bench_ecma").register(section)  # section ecmascript (bench/bench_ecma.py)
 __import__("bench_macrostep").register(section)  # section macrostep, now vs today (bench/bench_macrostep.py)
+__import__("bench_import").register(section)  # section import: cold-start cost (bench/bench_import.py)
 
 
 # ----------------------------------------------------------------------------- main

@@ -112,12 +112,13 @@ def test_a_killed_sweepers_shards_are_taken_within_its_lease(moto_endpoint, serv
     share at once and the rest the moment A's heartbeat runs out, within A's lease time of
     the kill; then fires a row due in one of A's former shards."""
     proc = subprocess.Popen([sys.executable, "-c", _NODE_A, moto_endpoint, server_table, str(T0),
-                             str(LEASE_MS), str(SHARDS)], stdout=subprocess.PIPE, text=True)
+                             str(LEASE_MS), str(SHARDS)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        assert proc.stdout.readline().strip() == str(list(range(SHARDS)))
+        took = proc.stdout.readline().strip()
     finally:
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait()
+    assert took == str(list(range(SHARDS))), (took, proc.stderr.read()[-3000:])   # A's traceback, if it died
     killed_at = T0 + 2_000
     clock = sb.ManualClock(killed_at)
     b_host, b_sweeper, b_leases = node(server_client(moto_endpoint), server_table, "node-b", clock)

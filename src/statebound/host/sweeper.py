@@ -18,16 +18,18 @@ from __future__ import annotations
 import logging
 import os
 import random
-import socket
 import threading
 from collections.abc import Callable, Iterable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from ..exceptions import StoreUnavailable
 from .host import FireResult, Host
 from .store import CLAIMED, PENDING, TimerKey, TimerRow
 from .wakeup import WakeupRequest, WakeupSource, wakeups_for
+
+if TYPE_CHECKING:
+    from concurrent.futures import ThreadPoolExecutor
 
 log = logging.getLogger("statebound")
 
@@ -119,7 +121,10 @@ class Sweeper:
         self.interval_s = interval_s
         self.jitter = jitter
         self.batch = batch
-        self.node_id = node_id or f"{socket.gethostname()}:{os.getpid()}:{random.getrandbits(32):08x}"
+        if node_id is None:
+            import socket   # only for a default node id: a sweeper given one never loads it
+            node_id = f"{socket.gethostname()}:{os.getpid()}:{random.getrandbits(32):08x}"
+        self.node_id = node_id
         self.lease_ms = int(lease_s * 1000)
         self.workers = workers
         self.wakeups = wakeups
@@ -214,6 +219,7 @@ class Sweeper:
     def _executor(self) -> ThreadPoolExecutor:
         with self._pool_lock:
             if self._pool is None:
+                from concurrent.futures import ThreadPoolExecutor   # a sweeper with one worker never needs it
                 self._pool = ThreadPoolExecutor(self.workers, thread_name_prefix=f"sweeper-{self.node_id}")
             return self._pool
 
