@@ -356,3 +356,44 @@ def test_more_contexts_open_at_once_than_the_pool_keeps():
         contexts.append(ctx)
     assert len({id(c.realm) for c in contexts}) == len(contexts)  # each its own realm
     assert [c.variables() for c in contexts] == [{"total": 1000 * i} for i in range(len(contexts))]
+
+
+def test_realms_of_two_threads_never_share_a_serial():
+    # A chart's datamodel caches "compiled under key k in the realm with serial s", and every
+    # thread's realm reads that cache: two realms with one serial would run each other's keys,
+    # i.e. the wrong expression. Thread A builds a realm under a tracer that, before each
+    # line of Realm.__init__, lets thread B build a whole realm (a thread switch there).
+    import queue
+    import sys
+
+    requests: queue.Queue[threading.Event | None] = queue.Queue()
+    serials: list[int] = []
+
+    def other_thread() -> None:
+        while (done := requests.get()) is not None:
+            serials.append(realm.Realm().serial)
+            done.set()
+
+    init = realm.Realm.__init__.__code__
+
+    def switch_here(frame, event, arg):
+        if event == "line":
+            done = threading.Event()
+            requests.put(done)
+            done.wait(0.5)  # B may wait for something A holds: then A goes on first
+        return switch_here
+
+    def tracer(frame, event, arg):
+        return switch_here if frame.f_code is init else None
+
+    b = threading.Thread(target=other_thread)
+    b.start()
+    sys.settrace(tracer)
+    try:
+        mine = realm.Realm().serial
+    finally:
+        sys.settrace(None)
+        requests.put(None)
+        b.join()
+    assert len(serials) > 3  # B really ran between A's lines
+    assert mine not in serials and len(set(serials)) == len(serials)

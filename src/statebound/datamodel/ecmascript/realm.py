@@ -52,6 +52,9 @@ _SETUP_MEMORY = 64 * 1024 * 1024
 
 _local = threading.local()
 _made = [0]
+# Realms are made by every thread: the count and the serial are taken together, or two
+# threads' realms could share a serial and one run the other's compiled keys.
+_made_lock = threading.Lock()
 
 
 def realms_made() -> int:
@@ -73,9 +76,10 @@ class Realm:
             self.call = js.eval(PRELUDE)
         except Exception as exc:
             raise EvaluationError(f"the ECMAScript sandbox could not start: {str(exc).splitlines()[0]}") from None
-        _made[0] += 1
-        #: this realm's number in the process (caches keyed by it never mistake a newer realm for it)
-        self.serial = _made[0]
+        with _made_lock:
+            _made[0] += 1
+            #: this realm's number in the process (caches keyed by it never mistake another realm for it)
+            self.serial = _made[0]
         self.js = js
         #: bytes the realm takes when nothing runs in it: as set up, plus an estimate of what
         #: its compiled expressions and scripts hold (see :meth:`cached`)
