@@ -26,6 +26,7 @@ ESCAPES = {
     "format spec nested in a field": "'{0:{1.__class__.__init__.__globals__}}'.format('x', 1)",
     "format spec nested twice": "'{0:{1:{2.__class__}}}'.format('x', 1, 2)",
     "class built with type()": "type('X', (), {})",
+    "class built with the type of a class": "str(type(type(0))('X', (str,), {'startswith': lambda s, x: False}))",
     "getattr with a non-str name": "getattr(1, 1)",
     "hasattr then getattr on a dunder": "[hasattr(1, '__class__'), getattr(1, '__class__')]",
     "frame of a generator": "getattr((x for x in []), 'gi_frame')",

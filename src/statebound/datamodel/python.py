@@ -62,10 +62,16 @@ def _safe_hasattr(obj: Any, name: str) -> bool:
 
 
 def _safe_type(obj: Any, *more: Any) -> type:
-    """``type(x)``; the three-argument form would let a chart build classes with hooks of its own."""
+    """``type(x)``; the three-argument form would let a chart build classes with hooks of its own.
+
+    So would the type of a class: ``type(int)`` is the real ``type``, three arguments and all.
+    """
     if more:
         raise TypeError("type() may not create classes in a chart")
-    return type(obj)
+    t = type(obj)
+    if issubclass(t, type):
+        raise TypeError("type() of a class is not allowed in a chart (it would create classes)")
+    return t
 
 
 #: The builtins expressions may use.
