@@ -15,15 +15,15 @@ Medians of ``repeats * 4`` samples are printed, never asserted.
 
 from __future__ import annotations
 
-import io
 import json
 import statistics
 import subprocess
 import sys
-import tarfile
 import tempfile
 from pathlib import Path
 from typing import Any
+
+from revs import export_src
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
@@ -45,13 +45,6 @@ print(json.dumps([t1 - t0, t2 - t0, t3 - t0, "boto3" in sys.modules]))
 """
 
 
-def _export(rev: str, into: Path) -> Path:
-    tar = subprocess.run(["git", "-C", str(REPO), "archive", "--format=tar", rev, "src"],
-                         capture_output=True, check=True).stdout
-    with tarfile.open(fileobj=io.BytesIO(tar)) as t:
-        t.extractall(into, filter="data")
-    return into / "src"
-
 
 def _sample(src: Path) -> list[Any]:
     out = subprocess.run([sys.executable, "-c", _PROBE, str(src)], capture_output=True, text=True, check=True)
@@ -68,7 +61,7 @@ def register(section: Any) -> None:
         n = ctx.repeats * 4
         with tempfile.TemporaryDirectory() as tmp:
             try:
-                before_src: Path | None = _export(BASELINE, Path(tmp))
+                before_src: Path | None = export_src(BASELINE, Path(tmp))
             except (subprocess.CalledProcessError, OSError) as exc:
                 before_src = None
                 ctx.note(f"baseline {BASELINE} not available ({exc}); 'before' column left empty")

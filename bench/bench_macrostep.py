@@ -24,17 +24,16 @@ own work rather than the neighbours'. Medians are printed, never asserted.
 
 from __future__ import annotations
 
-import io
 import json
 import statistics
 import subprocess
 import sys
-import tarfile
 import tempfile
 from pathlib import Path
 from typing import Any
 
 import adapters
+from revs import export_src
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
@@ -43,14 +42,6 @@ WORKER = HERE / "macrostep_worker.py"
 #: The last commit of main before issue 15's macrostep work: "today" in the issue's terms.
 BASELINE = "c086498"
 
-
-def _export(rev: str, into: Path) -> Path:
-    """``git archive REV src`` unpacked under ``into``; returns the ``src`` directory."""
-    tar = subprocess.run(["git", "-C", str(REPO), "archive", "--format=tar", rev, "src"],
-                         capture_output=True, check=True).stdout
-    with tarfile.open(fileobj=io.BytesIO(tar)) as t:
-        t.extractall(into, filter="data")
-    return into / "src"
 
 
 class _Worker:
@@ -86,7 +77,7 @@ def register(section: Any) -> None:
             versions: dict[str, Path] = {"now": REPO / "src"}
             if rev and rev != "none":
                 try:
-                    versions["today"] = _export(rev, Path(tmp))
+                    versions["today"] = export_src(rev, Path(tmp))
                 except (subprocess.CalledProcessError, OSError) as exc:
                     ctx.note(f"today: baseline {rev} not exported ({exc}); only 'now' is shown")
             workers = {v: _Worker(p) for v, p in versions.items()}
