@@ -30,7 +30,7 @@ from ..exceptions import (ChartError, InstanceExists, InstanceNotFound, Instance
 from . import blobs, charts, drive, dynamodb, history, instances, migrate, timers
 from ._store import default_store
 from ._base import (EXIT_ERROR, EXIT_EXISTS, EXIT_NOT_FOUND, EXIT_NOT_RUNNING, EXIT_SUSPENDED, EXIT_USAGE,
-                    CliError)
+                    CliError, command_options)
 from .charts import mermaid
 
 __all__ = ["main", "mermaid", "build_parser"]
@@ -53,15 +53,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--history", type=int, metavar="N", default=None,
                    help="record execution history, keeping N records per instance "
                         "(default: $STATEBOUND_HISTORY, or 0: off)")
-    # --store and --json are also accepted after the command (`statebound show ID --json`);
-    # SUPPRESS keeps the global value when they are not repeated there.
-    common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--store", "--db", dest="store", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
-    common.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
-    common.add_argument("--history", type=int, default=argparse.SUPPRESS, help=argparse.SUPPRESS)
-    sub = p.add_subparsers(dest="cmd", required=True)
-    _add = sub.add_parser
-    sub.add_parser = lambda name, **kw: _add(name, parents=[common], **kw)  # type: ignore[method-assign, list-item]
+    # --store and --json are also accepted after the command (`statebound show ID --json`)
+    sub = command_options(p.add_subparsers(dest="cmd", required=True))
     for module in (instances, timers, history, charts, drive, migrate, blobs, dynamodb):
         module.register(sub)
     return p

@@ -15,7 +15,7 @@ from ..host.store import TimerRow
 
 __all__ = ["CliError", "EXIT_ERROR", "EXIT_USAGE", "EXIT_NOT_FOUND", "EXIT_EXISTS", "EXIT_NOT_RUNNING", "EXIT_SUSPENDED",
            "emit", "jsonable", "parse_data", "load_chart_file", "add_trust_option", "position_dict", "timer_dict",
-           "human_position", "log_printer", "iso_ms"]
+           "human_position", "log_printer", "iso_ms", "command_options"]
 
 EXIT_ERROR, EXIT_USAGE, EXIT_NOT_FOUND, EXIT_EXISTS, EXIT_NOT_RUNNING, EXIT_SUSPENDED = 1, 2, 3, 4, 5, 6
 
@@ -26,6 +26,23 @@ class CliError(Exception):
     def __init__(self, message: str, code: int = EXIT_ERROR) -> None:
         super().__init__(message)
         self.code = code
+
+
+def command_options(sub: Any) -> Any:
+    """Make every parser that ``sub.add_parser`` creates accept ``--store``, ``--json`` and
+    ``--history`` after the command too (``statebound show ID --store URL``); returns ``sub``.
+
+    A nested group (``statebound dynamodb create-table``) passes its own subparsers through
+    this as well, so the options work at every level. ``SUPPRESS`` keeps the value given
+    before the command when they are not repeated after it.
+    """
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--store", "--db", dest="store", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+    common.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+    common.add_argument("--history", type=int, default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+    add = sub.add_parser
+    sub.add_parser = lambda name, **kw: add(name, parents=[common], **kw)
+    return sub
 
 
 def parse_data(text: str | None, what: str = "--data") -> Any:

@@ -6,7 +6,7 @@ import argparse
 from typing import Any
 
 from ..storeurl import open_store, parse_store_url
-from ._base import EXIT_USAGE, CliError, emit
+from ._base import EXIT_USAGE, CliError, command_options, emit
 
 __all__ = ["register"]
 
@@ -32,7 +32,7 @@ def cmd_dynamodb(args: argparse.Namespace) -> int:
 def register(sub: Any) -> None:
     """Add this module's commands to the ``statebound`` parser."""
     s = sub.add_parser("dynamodb", help="DynamoDB backend tools")
-    dsub = s.add_subparsers(dest="dynamo_cmd", required=True)
+    dsub = command_options(s.add_subparsers(dest="dynamo_cmd", required=True))
     c = dsub.add_parser("create-table", help="create the statebound table (idempotent)")
     c.add_argument("name", nargs="?", help="the table (default: the one --store names)")
     s.set_defaults(fn=cmd_dynamodb)

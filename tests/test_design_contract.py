@@ -1,0 +1,466 @@
+"""DESIGN.md's public contract, called the way an outside check calls it.
+
+DESIGN.md says its names "are the public contract. Docs, examples, tests and outside tools
+rely on them". This file walks it section by section and calls each promise exactly as
+DESIGN.md spells it (keywords, positional arguments, return shapes). Where a test elsewhere
+already holds a promise through the same public spelling, a comment names that test instead
+of repeating it; what is tested here is what nothing else pins down.
+
+Stores: SQLite for real; DynamoDB on in-process moto (``mock_aws``), which is enough where no
+two writers race. The CLI runs in-process through ``statebound.cli.main``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+import sqlite3
+from collections.abc import Mapping
+from pathlib import Path
+
+import pytest
+
+import statebound as sb
+from dynamo.conftest import _shared_client, aws_env, mock_client  # noqa: F401  (in-process moto fixtures)
+from statebound.cli import main as cli
+from statebound.dynamodb import DynamoStore
+
+ROOT = Path(__file__).resolve().parents[1]
+ORDER = ROOT / "examples" / "order" / "order.scxml"
+NS = 'xmlns="http://www.w3.org/2005/07/scxml" version="1.0"'
+
+
+def _dump(path: Path) -> list[str]:
+    """Every row of a SQLite file, to compare before and after a refused call."""
+    with sqlite3.connect(path) as con:
+        return list(con.iterdump())
+
+
+# ============================================================================ Core API
+
+def test_chart_loaders_take_the_keywords_design_names(tmp_path):
+    text = ORDER.read_text()
+    from_file = sb.Chart.from_file(ORDER)
+    chart = sb.Chart.from_scxml(text, name="order", version="3", base_path=None)
+    assert (chart.name, chart.version) == ("order", "3")
+    # "sha256:<hex>", over the compiled chart: the labels and the file's bytes do not enter it
+    assert re.fullmatch(r"sha256:[0-9a-f]{64}", chart.identity)
+    assert chart.identity == from_file.identity
+    reformatted = tmp_path / "order.scxml"
+    reformatted.write_text(text.replace("  ", "\t").replace("<scxml ", "<!-- a comment -->\n<scxml ", 1))
+    assert sb.Chart.from_file(reformatted).identity == from_file.identity
+    # <data src> and <invoke src> resolving beside the file: tests/test_chart.py::
+    # test_from_file_names_by_stem_and_resolves_src_beside_it
+
+
+def test_state_kind_is_one_of_the_five_names():
+    chart = sb.Chart.from_scxml(f"""<scxml {NS} datamodel="null">
+      <state id="Pending"><history id="h"><transition target="a"/></history><state id="a"/></state>
+      <parallel id="p"><state id="r1"/><state id="r2"/></parallel><final id="f"/></scxml>""")
+    kinds = {sid: chart.state(sid).kind for sid in chart.state_ids}
+    assert kinds == {"Pending": "compound", "h": "history", "a": "atomic", "p": "parallel", "r1": "atomic",
+                     "r2": "atomic", "f": "final"}
+
+
+def test_interpreter_start_and_drive_as_design_writes_them():
+    chart = sb.Chart.from_file(ORDER)
+    interp = sb.Interpreter(chart)
+    assert interp.max_rounds == 10_000
+    pos, effects = interp.start(session_id="order-1", data={"amount": 10})
+    assert isinstance(pos.configuration, frozenset) and pos.configuration == {"Pending"}
+    assert pos.status == "running" and effects == ()
+    pos, effects = interp.drive(pos, sb.Event("StartPayment", data={"card": "x"}))
+    assert pos.configuration == {"Started"} and pos.datamodel["card"] == "x"
+    assert any(isinstance(e, sb.effects.SendDelayed) for e in effects)
+    pos, effects = interp.drive(pos, "Complete")                # a bare name is an external event
+    assert pos.status == "done" and isinstance(effects[-1], sb.effects.Done)
+    assert isinstance(pos.datamodel, Mapping)
+    with pytest.raises(TypeError):
+        pos.datamodel["amount"] = 0                              # read-only
+    # held elsewhere through the same calls:
+    # - ancestors in the configuration: tests/test_interpreter.py::test_start_enters_initial_configuration_with_ancestors
+    # - "cancelled": tests/test_host.py::test_fire_discards_when_target_missing_or_halted (host.cancel)
+    # - sb.NotRunning on a halted position: tests/test_interpreter.py::test_drive_on_halted_position_raises_not_running
+    # - error.execution, never raised: tests/test_interpreter.py::test_errors_never_reach_the_caller
+    # - max_rounds, the unchanged position and one BudgetExhausted:
+    #   tests/test_interpreter.py::test_budget_exhausted_returns_unchanged_position
+
+
+DETERMINISM = f"""<scxml {NS} datamodel="python" name="ids" initial="a">
+  <datamodel><data id="n" expr="0"/></datamodel>
+  <state id="a">
+    <invoke><content><scxml {NS} datamodel="null"><state id="c"/></scxml></content></invoke>
+    <transition event="go" target="b">
+      <send event="later" delay="5s"/><send event="now" target="#_scxml_other"/>
+      <assign location="n" expr="n + 1"/>
+    </transition>
+  </state>
+  <state id="b"><onentry><cancel sendidexpr="'nothing'"/></onentry></state>
+</scxml>"""
+
+
+def test_the_same_inputs_give_a_byte_identical_position_and_the_same_effects():
+    """Two interpreters of one chart: send ids, invoke ids and ordinals are counters, so the
+    blobs are equal byte for byte and the effects equal."""
+    chart = sb.Chart.from_scxml(DETERMINISM)
+
+    def run() -> tuple[bytes, tuple]:
+        interp = sb.Interpreter(chart)
+        pos, started = interp.start(session_id="s-1", data={"n": 1})
+        pos, driven = interp.drive(pos, sb.Event("go", data={"k": [1, 2]}))
+        return pos.to_bytes(), started + driven
+    blob, effects = run()
+    again, effects_again = run()
+    assert blob == again and effects == effects_again
+    kinds = {type(e).__name__ for e in effects}
+    assert {"Invoke", "SendDelayed", "Send", "Cancel", "CancelInvoke"} <= kinds
+
+
+# ============================================================================ Effects
+
+#: the fields DESIGN.md lists for each effect; a class may carry more (``origin``, ``name``...)
+DESIGN_FIELDS = {
+    "SendDelayed": {"event", "target", "type", "data", "send_id", "delay_ms", "c_index", "owner", "ordinal",
+                    "id_from_author", "caller_context"},
+    "Send": {"event", "target", "type", "data", "send_id", "c_index", "owner", "id_from_author", "caller_context"},
+    "Cancel": {"send_id", "c_index", "owner", "ordinal", "caller_context"},
+    "Invoke": set(), "CancelInvoke": set(), "Autoforward": set(),
+    "Log": {"label", "value"},
+    "Done": {"donedata"},
+    "BudgetExhausted": set(),
+}
+
+
+@pytest.mark.parametrize("name", sorted(DESIGN_FIELDS))
+def test_every_effect_is_a_frozen_dataclass_with_the_design_field_names(name):
+    cls = getattr(sb.effects, name)
+    assert dataclasses.is_dataclass(cls) and cls.__dataclass_params__.frozen
+    fields = {f.name for f in dataclasses.fields(cls)}
+    assert {"macrostep", "microstep", "round"} | DESIGN_FIELDS[name] <= fields
+    # values and the ordinal counter: tests/test_effects.py::test_effects_carry_macrostep_microstep_round,
+    # ::test_ordinal_increases_on_every_send_delayed_and_cancel_across_drives
+
+
+# ============================================================================ Position blob
+
+def test_to_bytes_and_from_bytes_as_design_writes_them():
+    chart = sb.Chart.from_file(ORDER)
+    pos, _ = sb.Interpreter(chart).start(session_id="order-1", data={"amount": 10})
+    blob = pos.to_bytes()                                  # msgpack by default
+    cbor = pos.to_bytes(codec="cbor")
+    assert blob[:4] == cbor[:4] == b"SB\x00P" and (blob[5:6], cbor[5:6]) == (b"m", b"c")
+    assert sb.Position.from_bytes(blob, chart) == sb.Position.from_bytes(cbor, chart) == pos
+    # layout, per-driver fields, the chart never inside: tests/test_position.py::test_layout_header,
+    # ::test_per_driver_fields_are_not_stored, ::test_small_chart_blob_is_small
+    # export()/import_() reporting every unknown id at once:
+    # tests/test_position.py::test_import_renamed_state_needs_mapping_and_lists_every_unknown_id
+
+
+# ============================================================================ Host
+
+def test_host_defaults_to_the_system_clock():
+    host = sb.Host([sb.Chart.from_file(ORDER)])
+    assert isinstance(host.clock, sb.SystemClock)
+    assert abs(host.clock.now_ms() - sb.SystemClock().now_ms()) < 60_000
+
+
+def test_host_calls_as_design_writes_them(tmp_path):
+    chart = sb.Chart.from_file(ORDER)
+    clock = sb.ManualClock(now_ms=0)
+    host = sb.Host(charts=[chart], store=sb.SQLiteStore(str(tmp_path / "statebound.db")), clock=clock)
+    host.start(chart, "order-1", data=None)
+    host.start("order", "order-2", data={"payment_timeout": "2h"})       # or the chart's name
+    host.send("order-1", "StartPayment", data=None)
+    host.send("order-2", "StartPayment", data=None)
+    assert host.next_due() == 3_600_000                                  # epoch ms of the earliest timer
+    [row] = host.pending_timers("order-1")
+    assert (row.instance_id, row.due_at_ms, row.event["name"]) == ("order-1", 3_600_000, "PaymentTimeout")
+    assert host.fire_due(limit=100) == []                                # nothing due yet
+    clock.advance(3_600_000)
+    [fired] = host.fire_due(limit=100)                                   # returns what it did
+    assert (fired.key, fired.outcome) == ((row.instance_id, row.ordinal), "fired")
+    assert host.get("order-1").configuration == {"Cancelled"}
+    clock.set(7_200_000)
+    assert [r.outcome for r in host.fire_due(limit=100)] == ["fired"]
+    host.delete("order-1")
+    with pytest.raises(sb.InstanceNotFound):
+        host.get("order-1")
+    assert host.pending_timers("order-1") == [] and host.next_due() is None
+    # one call, one atomic unit: tests/test_host.py::test_one_commit_per_call_and_versions,
+    # ::test_immediate_self_sends_are_fifo_in_one_call, ::test_conflict_between_two_hosts_reloads_and_retries;
+    # a crash at any point: tests/test_host_crash.py::test_crash_before_and_after_every_statement;
+    # children purged by delete: tests/test_host.py::test_delete_purges_position_timers_and_children
+
+
+# ============================================================================ Timers
+# All held elsewhere through host calls:
+# - row key (instance_id, ordinal), due_at_ms computed once, send_id, dedup fields, cancel of every row of a
+#   send_id, a cancel of nothing: tests/test_host.py::test_timer_rows_key_due_and_cancel_by_send_id
+# - caller_context on the row: tests/test_tracing.py (the traceparent a fire links back to)
+# - liveness at fire time, reason recorded: tests/test_host.py::test_fire_discards_when_target_missing_or_halted
+# - delivery and completion in one commit: tests/test_host.py::test_fire_only_when_due_and_in_order
+# - attempts, backoff, dead and listed: tests/test_host.py::test_failed_delivery_backs_off_then_parks_dead_then_retry
+# - a dead sweeper's claim lapses with its lease: tests/test_host.py::test_expired_claim_is_taken_over_and_fires_once
+
+# ============================================================================ DynamoDB
+# - one table, pk = instance id, one item per position and per timer: tests/dynamo/test_dynamo_store.py::test_item_layout
+# - the sparse due index holds pending rows only: tests/dynamo/test_dynamo_store.py::test_due_index_holds_pending_rows_only
+# - one GetItem and one write (PutItem, or TransactWriteItems when rows change) per external event:
+#   tests/dynamo/test_dynamo_host.py::test_an_external_event_is_one_read_and_one_write
+# - leases: tests/dynamo/test_dynamo_server.py, tests/dynamo/test_dynamo_handover.py
+
+
+# ============================================================================ Acting on the world, trust, operations
+
+def test_second_round_names_as_design_writes_them(tmp_path):
+    chart = sb.Chart.from_file(ORDER)
+    store = sb.SQLiteStore(str(tmp_path / "shop.db"))
+    charges, receipts = [], []
+
+    class Payment:
+        def start(self, request):
+            charges.append(request.idempotency_key)
+            return {"charge": f"ch_{len(charges)}"}
+
+    host = sb.Host([chart], store, processors={"receipts": lambda d: receipts.append(d.idempotency_key)},
+                   invokers={"payment": Payment()})
+    for i in (1, 2, 3):
+        host.start("order", f"order-{i}", {"amount": i})
+    host.send("order-1", "StartPayment", {"card": "x"}, idempotency_key="req-17")   # applied once per key
+    host.send("order-1", "StartPayment", {"card": "x"}, idempotency_key="req-17")
+    assert host.get("order-1").configuration == {"Done"} and len(charges) == len(receipts) == 1
+    groups = host.metrics.get("group_commits", 0)
+    results = host.send_many([("order-2", "StartPayment"), ("order-3", "StartPayment")])   # group commit
+    assert [r.ok for r in results] == [True, True] and host.metrics["group_commits"] == groups + 1
+    assert {host.get(f"order-{i}").status for i in (2, 3)} == {"done"} and len(charges) == 3
+    # outbox rows, at least once with a stable key, error.communication when one fails for good:
+    # tests/test_outbox.py; 4 processes racing 50 keys: tests/test_idempotency.py, tests/dynamo/test_dynamo_outbox.py
+
+
+ECMA = f"""<scxml {NS} datamodel="ecmascript" name="partner">
+  <datamodel><data id="n" expr="1"/></datamodel><state id="a"/></scxml>"""
+
+
+def test_from_file_takes_trust_untrusted(tmp_path):
+    pytest.importorskip("quickjs")
+    (tmp_path / "partner.scxml").write_text(ECMA)
+    (tmp_path / "python.scxml").write_text(ECMA.replace("ecmascript", "python"))
+    chart = sb.Chart.from_file(tmp_path / "partner.scxml", trust="untrusted")
+    trusted = sb.Chart.from_file(tmp_path / "partner.scxml")                # "trusted" is the default
+    assert chart.identity != trusted.identity                               # the policy travels with it
+    with pytest.raises(sb.ChartPolicyError):
+        sb.Chart.from_file(tmp_path / "python.scxml", trust="untrusted")
+    # every chart it reaches, src containment for every chart: tests/security/
+
+
+def test_open_store_dynamodb_url_runs_a_host(mock_client):  # noqa: F811  (the fixture)
+    """In-process moto: the URL DESIGN.md shows (``endpoint_url`` aside: in-process moto
+    answers only AWS's own endpoints) opens a store a host runs on. The URL with
+    ``endpoint_url`` is parsed in tests/test_storeurl.py and served by a moto server in
+    tests/cli/test_cli.py::test_real_subprocess_on_moto_server."""
+    store = sb.open_store("dynamodb://orders-table?region=eu-west-1")
+    DynamoStore.create_table("orders-table", store.client)
+    host = sb.Host([sb.Chart.from_file(ORDER)], store)
+    host.start("order", "order-1")
+    host.send("order-1", "StartPayment")
+    assert store.client.meta.region_name == "eu-west-1"
+    assert host.get("order-1").configuration == {"Started"} and len(host.pending_timers("order-1")) == 1
+
+
+# ---------------------------------------------------------------------------- the CLI's --store URL
+
+@pytest.fixture(params=["sqlite-path", "sqlite-url", "dynamodb"])
+def store_url(request, tmp_path, monkeypatch):
+    """A fresh store's URL. ``$STATEBOUND_STORE`` names a decoy: only ``--store`` reaches the store."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("STATEBOUND_DB", raising=False)
+    monkeypatch.setenv("STATEBOUND_STORE", str(tmp_path / "decoy.db"))
+    monkeypatch.setenv("STATEBOUND_HISTORY", "100")
+    if request.param == "sqlite-path":
+        yield "cli.db"
+    elif request.param == "sqlite-url":
+        yield f"sqlite:///{tmp_path / 'cli.db'}"
+    else:
+        request.getfixturevalue("mock_client")
+        yield "dynamodb://contract-table?region=us-east-1"
+    assert not (tmp_path / "decoy.db").exists()
+
+
+def _run(capsys, *argv: str) -> dict | list:
+    code = cli(["--json", *argv])
+    out, err = capsys.readouterr()
+    assert code == 0, (argv, err)
+    return json.loads(out)
+
+
+def test_every_cli_command_takes_store_url(store_url, capsys, tmp_path):
+    """Every command, each given ``--store URL``, alternately before and after its name; none
+    of them may fall back to the environment's store."""
+    def before(*argv: str) -> dict | list:
+        return _run(capsys, "--store", store_url, *argv)
+
+    def after(*argv: str) -> dict | list:
+        return _run(capsys, *argv, "--store", store_url)
+
+    if store_url.startswith("dynamodb://"):
+        assert after("dynamodb", "create-table")["table"] == "contract-table"
+        assert before("dynamodb", "create-table")["created"] is True
+    chart = str(ORDER)
+    assert before("start", chart, "o1", "--data", '{"payment_timeout": "1h"}')["status"] == "running"
+    assert after("send", "o1", "StartPayment")["configuration"] == ["Started"]
+    assert before("show", "o1")["configuration"] == ["Started"]
+    [row] = after("timers", "o1")
+    assert row["event"] == "PaymentTimeout"
+    assert before("timers", "--window", "2h")["count"] == 1
+    after("suspend", "o1")
+    before("resume", "o1")
+    assert after("timers", "--dead")["count"] == 0
+    assert before("redrive", "--all-dead")["count"] == 0
+    assert after("sweep", "--until-idle")["fired"] == 0
+    assert before("purge", "--older-than", "7d")["purged"] == 0
+    assert [r["kind"] for r in after("history", "o1")][:2] == ["start", "event"]
+    assert before("replay", "o1")["identical"] is True
+    (tmp_path / "events.jsonl").write_text('{"instance": "o2", "start": "order"}\n'
+                                           '{"instance": "o2", "event": "Cancel"}\n')
+    assert after("drive", "events.jsonl")["ok"] == 2
+    (tmp_path / "v2.scxml").write_text(ORDER.read_text().replace(
+        '<transition event="Complete" target="Done"/>',
+        '<transition event="Complete" target="Done"/><transition event="Void" target="Cancelled"/>'))
+    assert before("migrate", "--chart", "order", "--to", "v2.scxml", "--dry-run")["counts"] == {"would-move": 2}
+    assert after("delete", "o2")["deleted"] == "o2"
+    # the commands that read no store accept it all the same
+    assert after("validate", chart)["valid"] is True
+    assert "stateDiagram-v2" in before("diagram", chart)["mermaid"]
+    pos, _ = sb.Interpreter(sb.Chart.from_file(ORDER)).start(session_id="blob")
+    (tmp_path / "blob.bin").write_bytes(pos.to_bytes())
+    assert after("inspect", "blob.bin", "--chart", chart)["position"]["configuration"] == ["Pending"]
+    # and the store the URL names is the one that was written
+    assert sb.Host([sb.Chart.from_file(ORDER)], sb.open_store(store_url)).get("o1").configuration == {"Started"}
+
+
+# ============================================================================ Bad input
+# Each bullet of DESIGN.md's list: the typed error, and nothing lost. "Event data is data": tests/test_datamodel.py::
+# test_external_event_data_is_never_evaluated and tests/test_ecmascript.py::test_event_data_is_data_never_code.
+
+@pytest.mark.parametrize("text", [
+    # an external entity: never fetched
+    '<?xml version="1.0"?>\n<!DOCTYPE scxml [<!ENTITY x SYSTEM "file:///etc/passwd">]>\n'
+    f'<scxml {NS}><state id="a">&x;</state></scxml>',
+    # an external DTD: never fetched
+    f'<?xml version="1.0"?>\n<!DOCTYPE scxml SYSTEM "http://example.com/x.dtd">\n<scxml {NS}/>',
+    # entity expansion (billion laughs)
+    '<?xml version="1.0"?>\n<!DOCTYPE l [<!ENTITY a "aaaa"><!ENTITY b "&a;&a;&a;&a;">]>\n'
+    f'<scxml {NS}>&b;</scxml>',
+    # malformed
+    f'<scxml {NS}>\n  <state id="a">\n</scxml>',
+])
+def test_bad_input_malformed_or_hostile_xml_is_a_syntax_error_with_line_and_column(text):
+    with pytest.raises(sb.ChartSyntaxError) as err:
+        sb.Chart.from_scxml(text)
+    assert err.value.line is not None and err.value.column is not None
+    assert f"line {err.value.line}, column {err.value.column}" in str(err.value)
+    # that nothing is read: tests/test_chart.py::test_external_entity_is_refused_and_never_read
+
+
+def test_bad_input_a_chart_that_fails_validation_lists_every_problem():
+    with pytest.raises(sb.ChartValidationError) as err:
+        sb.Chart.from_scxml(f"""<scxml {NS} initial="nope">
+          <state id="a"><transition event="e" target="zz"/></state>
+          <state id="a"/></scxml>""")
+    assert isinstance(err.value, sb.ChartError) and len(err.value.problems) == 3
+    assert all(p.line is not None for p in err.value.problems)
+
+
+def _blob_cases() -> dict[str, tuple[bytes, type]]:
+    chart = sb.Chart.from_file(ORDER)
+    blob = sb.Interpreter(chart).start(session_id="o")[0].to_bytes()
+    future = blob[:4] + bytes([blob[4] + 1]) + blob[5:]
+    return {
+        "corrupt": (blob[:-3] + b"\xc1\xc1\xc1", sb.CorruptPosition),
+        "truncated": (blob[: len(blob) // 2], sb.CorruptPosition),
+        "from another chart": (sb.Interpreter(sb.Chart.from_scxml(f'<scxml {NS} datamodel="null">'
+                                                                  '<state id="a"/></scxml>')).start()[0].to_bytes(),
+                               sb.ChartIdentityMismatch),
+        "from a future format": (future, sb.UnsupportedFormatVersion),
+        "not a position": (b'{"json": true}', sb.NotAPosition),
+    }
+
+
+@pytest.mark.parametrize("case", list(_blob_cases()))
+def test_bad_input_a_bad_blob_is_a_position_error(case):
+    blob, error = _blob_cases()[case]
+    with pytest.raises(error) as err:
+        sb.Position.from_bytes(blob, sb.Chart.from_file(ORDER))
+    assert isinstance(err.value, sb.PositionError)
+    # every other input as well: tests/test_position_fuzz.py
+
+
+BIG = f"""<scxml {NS} datamodel="python" name="big">
+  <datamodel><data id="v" expr="''"/></datamodel>
+  <state id="a"><transition event="grow"><assign location="v" expr="_event.data"/></transition></state>
+</scxml>"""
+
+
+def test_bad_input_an_item_over_400_kb_is_refused_before_anything_is_written(mock_client):  # noqa: F811
+    """In-process moto, through the host: the refused event writes nothing, and the instance
+    still has its position and takes the next event."""
+    DynamoStore.create_table("big-items", mock_client)
+    host = sb.Host([sb.Chart.from_scxml(BIG)], DynamoStore("big-items", mock_client))
+    host.start("big", "i")
+    sent: list[str] = []
+
+    def record(model, **_):
+        sent.append(model.name)
+    mock_client.meta.events.register("before-call.dynamodb", record)
+    try:
+        with pytest.raises(sb.ItemTooLarge) as err:
+            host.send("i", "grow", "x" * 500_000)
+    finally:
+        mock_client.meta.events.unregister("before-call.dynamodb", record)
+    assert isinstance(err.value, sb.StoreError) and err.value.size > err.value.limit
+    assert sent and set(sent) == {"GetItem"}                       # reads only: no write was sent
+    assert host.store.load("i").version == 1 and host.get("i").datamodel["v"] == ""
+    assert host.send("i", "grow", "fits").datamodel["v"] == "fits"
+    # the limit at the store, rows and transactions too: tests/dynamo/test_dynamo_store.py
+
+
+UNSTORABLE = f"""<scxml {NS} datamodel="python" name="keep">
+  <datamodel><data id="v" expr="None"/><data id="err" expr="None"/></datamodel>
+  <state id="a">
+    <transition event="keep"><assign location="v" expr="_event.data"/></transition>
+    <transition event="error.execution"><assign location="err" expr="_event.name"/></transition>
+  </state>
+</scxml>"""
+
+
+def test_bad_input_datamodel_values_that_cannot_be_serialized(tmp_path):
+    path = tmp_path / "s.db"
+    host = sb.Host([sb.Chart.from_scxml(UNSTORABLE)], sb.SQLiteStore(str(path)))
+    host.start("keep", "i")
+    before = _dump(path)
+    with pytest.raises(sb.SerializationError):
+        host.start("keep", "j", {"v": object()})                  # refused, nothing written
+    with pytest.raises(sb.SerializationError):
+        sb.Interpreter(sb.Chart.from_scxml(UNSTORABLE)).start(data={"v": {1, 2}})
+    assert _dump(path) == before and not host.exists("j")
+    # inside a chart the spec's rule: error.execution, the variable unchanged, the rest commits
+    pos = host.send("i", "keep", object())
+    assert pos.datamodel["v"] is None and pos.datamodel["err"] == "error.execution"
+
+
+def test_bad_input_an_event_to_a_missing_finished_or_deleted_instance(tmp_path):
+    path = tmp_path / "s.db"
+    host = sb.Host([sb.Chart.from_file(ORDER)], sb.SQLiteStore(str(path)))
+    host.start("order", "finished")
+    host.send("finished", "Cancel")
+    host.start("order", "deleted")
+    host.delete("deleted")
+    before = _dump(path)
+    with pytest.raises(sb.InstanceNotFound):
+        host.send("missing", "StartPayment")
+    with pytest.raises(sb.NotRunning) as halted:
+        host.send("finished", "StartPayment")
+    with pytest.raises(sb.InstanceNotFound):
+        host.send("deleted", "StartPayment")
+    assert halted.value.status == "done" and _dump(path) == before
