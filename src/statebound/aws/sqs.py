@@ -41,6 +41,7 @@ __all__ = ["SQSProcessor", "SQS_MAX_BYTES", "ATTRIBUTE_PREFIX"]
 
 #: SQS's default (and long-standing) maximum message size, body plus attributes.
 SQS_MAX_BYTES = 256 * KIB
+#: The prefix of the message attributes statebound sets on each message.
 ATTRIBUTE_PREFIX = "statebound."
 
 # SQS's rule for MessageGroupId / MessageDeduplicationId: 1-128 printable ASCII characters

@@ -31,7 +31,8 @@ from .xml import MAX_ELEMENTS, SB_NS, SCXML_NS, El, parse_xml, serialize
 __all__ = ["compile_chart", "compile_file", "compile_src_child", "compile_content_child", "parse_duration",
            "SUPPORTED_DATAMODELS"]
 
-SUPPORTED_DATAMODELS = ("python", "null")
+#: The datamodels a chart may name; ``ecmascript`` needs the ``ecmascript`` extra (QuickJS).
+SUPPORTED_DATAMODELS = ("python", "null", "ecmascript")
 _STATE_TAGS = ("state", "parallel", "final", "history")
 _EXEC_TAGS = ("raise", "send", "cancel", "assign", "log", "if", "elseif", "else", "foreach", "script")
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*(ms|s|m|min|h|d)\s*$")
@@ -704,8 +705,8 @@ def _compile_root(root: El, name: str | None, version: str | None, base_path: st
             root.line, root.column, root.tag)], source)
     if dm == "ecmascript" and not _ecmascript_available():
         raise ChartError("datamodel='ecmascript' needs the QuickJS binding: pip install 'statebound[ecmascript]'")
-    if dm not in SUPPORTED_DATAMODELS and dm != "ecmascript":
-        raise ChartError(f"unknown datamodel {dm!r} (supported: {', '.join(SUPPORTED_DATAMODELS)}, "
+    if dm not in SUPPORTED_DATAMODELS:
+        raise ChartError(f"unknown datamodel {dm!r} (supported: {', '.join(SUPPORTED_DATAMODELS)}; "
                          "ecmascript with the extra)")
     name = name or root.attrib.get("name") or "chart"
     c = _Compiler(root, name, version, base_path, source, depth, trust, roots, budget)

@@ -33,6 +33,7 @@ from .xml import MAX_DOCUMENT_BYTES, MAX_ELEMENTS
 __all__ = ["TRUSTED", "UNTRUSTED", "TRUST_LEVELS", "UNTRUSTED_DATAMODELS", "check_trust", "roots_for",
            "resolve_src", "read_src", "read_file", "LoadBudget", "MAX_LOADED_BYTES", "MAX_LOADED_CHARTS"]
 
+#: The two trust levels: a trusted chart may use every datamodel, an untrusted one may not.
 TRUSTED = "trusted"
 UNTRUSTED = "untrusted"
 #: The values of the ``trust=`` keyword.

@@ -15,6 +15,7 @@ from ..exceptions import ChartSyntaxError
 
 __all__ = ["El", "parse_xml", "serialize", "SCXML_NS", "SB_NS", "MAX_DOCUMENT_BYTES", "MAX_ELEMENTS"]
 
+#: The SCXML namespace, and statebound's own for its extensions (``<sb:timeout>``).
 SCXML_NS = "http://www.w3.org/2005/07/scxml"
 SB_NS = "urn:statebound"
 #: Documents above this size are refused before parsing (a chart is not a data set).

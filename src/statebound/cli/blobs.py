@@ -65,6 +65,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
 
 
 def cmd_migrate_blob(args: argparse.Namespace) -> int:
+    """``statebound migrate BLOB --from OLD --to NEW``: one blob onto a new chart revision."""
     from .. import position as codec
     blob = _read_blob(args.blob)
     old, _ = load_chart_file(args.from_chart)

@@ -70,6 +70,7 @@ POSITION_SK = "P"
 TIMER_PREFIX = "T#"
 #: The sort-key prefixes of an instance's own items; internal items use none of them.
 INSTANCE_SKS = (POSITION_SK, TIMER_PREFIX, "H#")
+#: The sparse GSI of pending rows, and the one of dead rows (listed for operators).
 DUE_INDEX = "due-index"
 DEAD_INDEX = "dead-index"
 #: Where 0.1 put every dead row.

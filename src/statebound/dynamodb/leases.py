@@ -48,6 +48,7 @@ from ._errors import call
 
 __all__ = ["ShardLeases", "BOARD_PK", "BOARD_SK"]
 
+#: The key of the one item every sweeper heartbeats into (the lease board).
 BOARD_PK = "lease#board"
 BOARD_SK = "B"
 #: Heartbeats expired longer than this many lease periods are dropped from the board.

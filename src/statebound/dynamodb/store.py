@@ -81,6 +81,7 @@ __all__ = ["DynamoStore", "MAX_ITEM_BYTES", "MAX_TRANSACTION_ACTIONS", "MAX_TRAN
 
 log = logging.getLogger(__name__)
 
+#: Longest instance id (UTF-8 bytes) the table can key on.
 MAX_INSTANCE_ID_BYTES = codec.MAX_INSTANCE_ID_BYTES
 #: Largest item we send. DynamoDB's limit is 400 KB (409,600 bytes, names included);
 #: we stop short of it so that an estimate a little low still never reaches the service.

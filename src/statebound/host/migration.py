@@ -32,6 +32,7 @@ if TYPE_CHECKING:
 __all__ = ["MigrationResult", "migrate", "MOVED", "ALREADY", "GONE", "UNKNOWN_REVISION", "BREAKING",
            "FAILED", "CONFLICT", "WOULD_MOVE"]
 
+#: What happened to one instance in a migration (``MigrationResult.outcome``).
 MOVED = "moved"
 ALREADY = "already"                 # on the target revision already (a resumed run)
 GONE = "gone"                       # deleted since it was listed

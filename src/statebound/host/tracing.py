@@ -31,6 +31,7 @@ from .store import TIMER, TimerRow
 
 __all__ = ["Tracing", "TRACEPARENT"]
 
+#: The W3C trace-context key a ``caller_context`` carries.
 TRACEPARENT = "traceparent"
 _PROPAGATOR = TraceContextTextMapPropagator()
 #: set while a traced call runs its untraced body, so the body is not traced twice

@@ -21,6 +21,7 @@ from ..datamodel.base import unpack_vars
 
 __all__ = ["Position", "Invocation", "ArmedTimeout", "RUNNING", "DONE", "CANCELLED"]
 
+#: The values of ``Position.status``.
 RUNNING = "running"
 DONE = "done"
 CANCELLED = "cancelled"

@@ -17,6 +17,8 @@ from ...chart.xml import parse_xml
 
 __all__ = ["JSValue", "DataJSValue", "Unstorable", "unstorable", "loads", "dumps", "xml_tree", "plain", "MARK"]
 
+#: Prefix of the strings that stand for NaN and the infinities, which JSON cannot carry; a
+#: string that itself starts with it is escaped the same way.
 MARK = "\x00sb:"
 _LONG_INT = re.compile(r"\d{16}")
 _SAFE_INT = 2 ** 53
