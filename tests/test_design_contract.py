@@ -254,6 +254,24 @@ def test_from_file_takes_trust_untrusted(tmp_path):
     # every chart it reaches, src containment for every chart: tests/security/
 
 
+def test_from_scxml_takes_trust_and_a_bad_level_is_a_typed_error(tmp_path):
+    """``from_scxml(text, ..., trust=...)`` applies the same policy as ``from_file``; a level
+    that is neither name is refused with a typed error (still a ``ValueError``)."""
+    text = ECMA.replace("ecmascript", "null").replace('<data id="n" expr="1"/>', "")
+    chart = sb.Chart.from_scxml(text, name="partner", base_path=str(tmp_path), trust="untrusted")
+    assert chart.state("a").kind == "atomic"
+    with pytest.raises(sb.ChartPolicyError) as refused:
+        sb.Chart.from_scxml(text.replace('datamodel="null"', 'datamodel="python"'), trust="untrusted")
+    assert "python" in str(refused.value)
+    (tmp_path / "partner.scxml").write_text(text)
+    for load in (lambda t: sb.Chart.from_scxml(text, trust=t), lambda t: sb.Chart.from_file(tmp_path / "partner.scxml",
+                                                                                          trust=t)):
+        for level in ("bogus", "Untrusted", None):
+            with pytest.raises(sb.InvalidTrustLevel) as err:
+                load(level)
+            assert isinstance(err.value, sb.ChartError) and isinstance(err.value, ValueError)
+
+
 def test_open_store_dynamodb_url_runs_a_host(mock_client):  # noqa: F811  (the fixture)
     """In-process moto: the URL DESIGN.md shows (``endpoint_url`` aside: in-process moto
     answers only AWS's own endpoints) opens a store a host runs on. The URL with
@@ -447,6 +465,29 @@ def test_bad_input_datamodel_values_that_cannot_be_serialized(tmp_path):
     # inside a chart the spec's rule: error.execution, the variable unchanged, the rest commits
     pos = host.send("i", "keep", object())
     assert pos.datamodel["v"] is None and pos.datamodel["err"] == "error.execution"
+
+
+@pytest.mark.parametrize("event", ["", sb.Event(""), sb.Event(None), 5, None])
+def test_bad_input_an_event_without_a_name_is_refused_and_nothing_is_written(tmp_path, event):
+    """Neither the interpreter nor the host drives an event with no name: before, an empty
+    name or ``None`` was driven and committed, and a number failed deep inside with an
+    AttributeError."""
+    path = tmp_path / "s.db"
+    host = sb.Host([sb.Chart.from_file(ORDER)], sb.SQLiteStore(str(path)))
+    host.start("order", "o1")
+    before = _dump(path)
+    with pytest.raises(sb.InvalidEvent):
+        host.send("o1", event)
+    [result] = host.send_many([("o1", event)])
+    assert isinstance(result.error, (sb.InvalidEvent, sb.InvalidBatchItem))       # the item is not (id, name)
+    assert _dump(path) == before and host.get("o1").configuration == {"Pending"}
+    pos, _ = sb.Interpreter(sb.Chart.from_file(ORDER)).start(session_id="o1")
+    with pytest.raises(sb.InvalidEvent) as err:
+        sb.Interpreter(sb.Chart.from_file(ORDER)).drive(pos, event)
+    assert isinstance(err.value, (TypeError, ValueError))
+    version = host.store.load("o1").version
+    assert cli(["--store", str(path), "send", "o1", ""]) == 2          # a usage error, one line
+    assert host.store.load("o1").version == version
 
 
 def test_bad_input_an_event_to_a_missing_finished_or_deleted_instance(tmp_path):

@@ -6,13 +6,15 @@ so a host can catch the whole family in one clause and still tell the cases apar
     StateboundError
     ├── ChartError                    the SCXML could not become a Chart
     │   ├── ChartSyntaxError          malformed or hostile XML (line, column)
-    │   └── ChartValidationError      a well-formed document that breaks the rules (all problems)
-    │       └── ChartPolicyError      ... or the load policy: src containment, trust (docs/security.md)
+    │   ├── ChartValidationError      a well-formed document that breaks the rules (all problems)
+    │   │   └── ChartPolicyError      ... or the load policy: src containment, trust (docs/security.md)
+    │   └── InvalidTrustLevel         trust= is neither "trusted" nor "untrusted" (also a ValueError)
     ├── EvaluationError               an expression failed (internal: becomes error.execution)
     ├── NotRunning                    drive/send on a halted position or instance
     ├── BudgetExceeded                start() did not settle within max_rounds
     ├── SerializationError            a value that cannot be stored (msgpack/cbor)
     ├── InvalidJSON                   input that is not strict JSON (NaN and Infinity included)
+    ├── InvalidEvent                  an event that is not an Event or a non-empty name
     ├── PositionError                 a blob that cannot be loaded
     │   ├── NotAPosition
     │   ├── UnsupportedFormatVersion
@@ -52,12 +54,14 @@ __all__ = [
     "ChartSyntaxError",
     "ChartValidationError",
     "ChartPolicyError",
+    "InvalidTrustLevel",
     "Problem",
     "EvaluationError",
     "NotRunning",
     "BudgetExceeded",
     "SerializationError",
     "InvalidJSON",
+    "InvalidEvent",
     "PositionError",
     "NotAPosition",
     "UnsupportedFormatVersion",
@@ -158,6 +162,13 @@ class ChartPolicyError(ChartValidationError):
     """
 
 
+class InvalidTrustLevel(ChartError, ValueError):
+    """``trust=`` was neither ``"trusted"`` nor ``"untrusted"``; nothing was loaded.
+
+    A ``ValueError`` too, as it was before it had a class of its own.
+    """
+
+
 # --------------------------------------------------------------------------- running
 
 
@@ -199,6 +210,14 @@ class SerializationError(StateboundError, TypeError):
 class InvalidJSON(StateboundError, ValueError):
     """Text given as JSON is not strict JSON (RFC 8259): malformed, or it uses ``NaN``,
     ``Infinity`` or a number too large for a float, which Python's ``json`` would accept.
+    """
+
+
+class InvalidEvent(StateboundError, TypeError, ValueError):
+    """An event given to ``drive``, ``host.send`` or ``host.send_many`` is neither an
+    :class:`~statebound.Event` nor an event name, or its name is not a non-empty string.
+    Nothing is driven or written. A ``TypeError`` and a ``ValueError`` too, as it was
+    before it had a class of its own.
     """
 
 

@@ -27,7 +27,7 @@ import re
 import stat
 from dataclasses import dataclass
 
-from ..exceptions import ChartError, ChartPolicyError, Problem
+from ..exceptions import ChartError, ChartPolicyError, InvalidTrustLevel, Problem
 from .xml import MAX_DOCUMENT_BYTES, MAX_ELEMENTS
 
 __all__ = ["TRUSTED", "UNTRUSTED", "TRUST_LEVELS", "UNTRUSTED_DATAMODELS", "check_trust", "roots_for",
@@ -51,9 +51,9 @@ _OPEN_FLAGS = (os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOFOL
 
 
 def check_trust(trust: object) -> str:
-    """Return ``trust`` if it is ``"trusted"`` or ``"untrusted"``; raise ``ValueError`` otherwise."""
+    """Return ``trust`` if it is ``"trusted"`` or ``"untrusted"``; raise :class:`InvalidTrustLevel` otherwise."""
     if type(trust) is not str or trust not in TRUST_LEVELS:
-        raise ValueError(f"trust must be 'trusted' or 'untrusted', not {trust!r}")
+        raise InvalidTrustLevel(f"trust must be 'trusted' or 'untrusted', not {trust!r}")
     return trust
 
 

@@ -25,8 +25,8 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from ..exceptions import (ChartError, InstanceExists, InstanceNotFound, InstanceSuspended, InvalidStoreURL,
-                          NotRunning, PositionError, StateboundError, UnknownChart)
+from ..exceptions import (ChartError, InstanceExists, InstanceNotFound, InstanceSuspended, InvalidEvent, InvalidStoreURL,
+                          InvalidTrustLevel, NotRunning, PositionError, StateboundError, UnknownChart)
 from . import blobs, charts, drive, dynamodb, history, instances, migrate, timers
 from ._store import default_store
 from ._base import (EXIT_ERROR, EXIT_EXISTS, EXIT_NOT_FOUND, EXIT_NOT_RUNNING, EXIT_SUSPENDED, EXIT_USAGE,
@@ -60,7 +60,8 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-_CODES = ((InstanceNotFound, EXIT_NOT_FOUND), (UnknownChart, EXIT_NOT_FOUND), (InstanceExists, EXIT_EXISTS),
+# usage errors first: InvalidTrustLevel is a ChartError too
+_CODES = ((InvalidEvent, EXIT_USAGE), (InvalidTrustLevel, EXIT_USAGE), (InstanceNotFound, EXIT_NOT_FOUND), (UnknownChart, EXIT_NOT_FOUND), (InstanceExists, EXIT_EXISTS),
           (NotRunning, EXIT_NOT_RUNNING), (ChartError, EXIT_ERROR), (PositionError, EXIT_ERROR),
           (InvalidStoreURL, EXIT_USAGE), (InstanceSuspended, EXIT_SUSPENDED))
 

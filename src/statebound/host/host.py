@@ -41,7 +41,7 @@ from ..effects import (Autoforward, BudgetExhausted, Cancel, CancelInvoke, Done,
                        SendDelayed)
 from ..events import BASICHTTP_PROCESSOR, SCXML_PROCESSOR, Event
 from ..exceptions import (BudgetExceeded, ChartError, ConflictError, IdempotencyKeyReused, InstanceExists,
-                          InstanceNotFound, InstanceSuspended, InvalidBatchItem, NotRunning, PositionError,
+                          InstanceNotFound, InstanceSuspended, InvalidBatchItem, InvalidEvent, NotRunning, PositionError,
                           StateboundError, UnknownChart)
 from ..interpreter import Interpreter, Position
 from ..interpreter.state import RUNNING, make_position
@@ -368,6 +368,8 @@ class Host:
     def _prepare_event(event: Event | str, data: Any, idempotency_key: str | None) -> tuple[Event, str | None, bytes]:
         """The event as the chart will see it, its idempotency key and the key's fingerprint."""
         ev = event if isinstance(event, Event) else Event(event, data)
+        if type(ev.name) is not str or not ev.name:
+            raise InvalidEvent(f"an event needs a non-empty name, not {ev.name!r}")
         if isinstance(event, Event) and data is not None:
             raise TypeError("pass data inside the Event, or pass an event name with data=")
         key = idempotency_key if idempotency_key is not None else ev.idempotency_key

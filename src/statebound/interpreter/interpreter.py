@@ -17,7 +17,7 @@ from ..datamodel.base import (SYSTEM_VARIABLES, check_serializable, check_stored
 from ..datamodel.budget import DEFAULT_CPU_MS, DEFAULT_MEMORY_BYTES, ITEM_BYTES, Budget, BudgetSpent
 from ..effects import BudgetExhausted, Effect
 from ..events import SCXML_PROCESSOR, Event
-from ..exceptions import (BudgetExceeded, ChartIdentityMismatch, EvaluationError, NotRunning,
+from ..exceptions import (BudgetExceeded, ChartIdentityMismatch, EvaluationError, InvalidEvent, NotRunning,
                           SerializationError)
 from .algorithm import Machine, OutOfRounds, _put
 from .program import program_for
@@ -75,12 +75,14 @@ def _settled(variables: dict[str, Any], forced: dict[str, Any], dropped: set[str
 
 def _as_event(event: Event | str) -> Event:
     if isinstance(event, Event):
+        if type(event.name) is not str or not event.name:
+            raise InvalidEvent(f"an event needs a non-empty name, not {event.name!r}")
         return event
     if isinstance(event, str):
         if not event:
-            raise ValueError("an event needs a non-empty name")
+            raise InvalidEvent("an event needs a non-empty name")
         return new_event(event)
-    raise TypeError(f"drive() takes an Event or an event name, not {type(event).__name__}")
+    raise InvalidEvent(f"drive() takes an Event or an event name, not {type(event).__name__}")
 
 
 class _Inert:
@@ -210,7 +212,7 @@ class Interpreter:
         # The static path first; a bare event name needs no Event object to be looked up.
         if type(event) is str:
             if not event:
-                raise ValueError("an event needs a non-empty name")
+                raise InvalidEvent("an event needs a non-empty name")
             ev = None
             name = event
             static = not position.timeouts and \
