@@ -12,7 +12,9 @@ two writers race. The CLI runs in-process through ``statebound.cli.main``.
 
 from __future__ import annotations
 
+import ast
 import dataclasses
+import importlib.util
 import json
 import re
 import sqlite3
@@ -20,6 +22,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
+import yaml
 
 import statebound as sb
 from dynamo.conftest import _shared_client, aws_env, mock_client  # noqa: F401  (in-process moto fixtures)
@@ -355,6 +358,99 @@ def test_every_cli_command_takes_store_url(store_url, capsys, tmp_path):
     assert after("inspect", "blob.bin", "--chart", chart)["position"]["configuration"] == ["Pending"]
     # and the store the URL names is the one that was written
     assert sb.Host([sb.Chart.from_file(ORDER)], sb.open_store(store_url)).get("o1").configuration == {"Started"}
+
+
+# ============================================================================ the layout's modules
+
+def test_each_layout_module_holds_what_design_lists(tmp_path):
+    """DESIGN.md's layout, module by module, through the names each one is said to hold."""
+    from importlib.metadata import entry_points
+
+    import statebound.dynamodb.lambda_handlers as lambda_adapters
+    import statebound.effects
+    import statebound.host
+    import statebound.position
+    chart = sb.Chart.from_file(ORDER)
+    pos, _ = sb.Interpreter(chart).start(session_id="o")
+    # position.py: Position, to_bytes/from_bytes, export/import
+    P = statebound.position
+    assert P.Position is sb.Position and P.from_bytes(P.to_bytes(pos), chart) == pos
+    assert P.import_(P.export(pos), chart) == sb.Position.import_(pos.export(), chart)
+    # host/: Host, Store protocol, MemoryStore, SQLiteStore, Sweeper, clocks
+    H = statebound.host
+    stores = [H.MemoryStore(), H.SQLiteStore(str(tmp_path / "h.db"))]
+    assert all(isinstance(store, H.Store) for store in stores) and H.SQLiteStore is sb.SQLiteStore
+    clock = H.ManualClock(now_ms=0)
+    host = H.Host([chart], stores[1], clock)
+    host.start("order", "o", {"payment_timeout": "1s"})
+    host.send("o", "StartPayment")
+    clock.advance(1_000)
+    assert H.Sweeper(host).run_once().fired == 1 and host.get("o").status == "done"
+    assert isinstance(H.SystemClock().now_ms(), int)
+    # effects.py: the effect dataclasses, and nothing that is not one in __all__ but the union
+    assert {n for n in statebound.effects.__all__ if dataclasses.is_dataclass(getattr(statebound.effects, n))} == \
+        set(DESIGN_FIELDS)
+    # dynamodb/: DynamoStore, leases, Lambda adapters
+    # (at work on moto: tests/dynamo/, tests/aws_lambda/test_wakeups.py)
+    from statebound.dynamodb import ShardLeases
+    assert (DynamoStore.__module__, ShardLeases.__module__) == ("statebound.dynamodb.store", "statebound.dynamodb.leases")
+    assert lambda_adapters.handle_wakeup_event.__doc__ and lambda_adapters.wakeups_in_event({"Records": []}) == ([], [])
+    # cli: the `statebound` command
+    [script] = [e for e in entry_points(group="console_scripts") if e.name == "statebound"]
+    assert script.load() is cli
+
+
+# ============================================================================ the Lambda example
+# DESIGN.md: a sweeper fires due timers "from an AWS Lambda function"; examples/lambda deploys it.
+
+LAMBDA = ROOT / "examples" / "lambda"
+
+
+def _template_handlers() -> dict[str, str]:
+    """``{function resource: Handler}`` from template.yaml (CloudFormation tags read as nothing)."""
+    class Loader(yaml.SafeLoader):
+        pass
+    Loader.add_multi_constructor("!", lambda loader, suffix, node: None)
+    resources = yaml.load((LAMBDA / "template.yaml").read_text(), Loader)["Resources"]
+    return {name: r["Properties"]["Handler"] for name, r in resources.items()
+            if r["Type"] == "AWS::Serverless::Function"}
+
+
+def _local_imports(module: str) -> set[str]:
+    """The example's own modules ``module`` imports, transitively."""
+    seen: set[str] = set()
+    todo = [module]
+    while todo:
+        tree = ast.parse((LAMBDA / f"{todo.pop()}.py").read_text())
+        for node in ast.walk(tree):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [node.module] if isinstance(node, ast.ImportFrom) and node.module and not node.level else []
+            for name in names:
+                if (LAMBDA / f"{name}.py").is_file() and name not in seen:
+                    seen.add(name)
+                    todo.append(name)
+    return seen
+
+
+def test_every_lambda_handler_is_packaged_and_takes_event_and_context():
+    """Each function's ``Handler: module.function`` names a function of two parameters in a
+    module that package.py ships, with every example module it imports. (wake.py was left
+    out of the package: WakeFunction could not have started.)"""
+    spec = importlib.util.spec_from_file_location("lambda_package", LAMBDA / "package.py")
+    assert spec and spec.loader
+    package = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(package)
+    handlers = _template_handlers()
+    assert set(handlers) == {"EventsFunction", "SweeperFunction", "WakeFunction", "SqsEventsFunction"}
+    for function, handler in handlers.items():
+        module, name = handler.split(".")
+        assert {f"{module}.py"} | {f"{m}.py" for m in _local_imports(module)} <= set(package.HANDLER_FILES), function
+        [fn] = [n for n in ast.parse((LAMBDA / f"{module}.py").read_text()).body
+                if isinstance(n, ast.FunctionDef) and n.name == name]
+        assert [a.arg for a in fn.args.args] == ["event", "context"], handler
+    # the README's table names the same file for each function
+    table = dict(re.findall(r"^\| `(\w+Function)` \| `(\w+\.py)` \|", (LAMBDA / "README.md").read_text(), re.M))
+    assert table == {function: handler.split(".")[0] + ".py" for function, handler in handlers.items()}
 
 
 # ============================================================================ Bad input

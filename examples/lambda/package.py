@@ -34,8 +34,8 @@ from urllib.parse import unquote, urlparse
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
-#: The modules the three functions import (the operator tool revisions.py is not one).
-HANDLER_FILES = ("app.py", "chart_revisions.py", "handler.py", "sqs_events.py", "sweeper.py", "telemetry.py")
+#: The modules the four functions import (the operator tool revisions.py is not one).
+HANDLER_FILES = ("app.py", "chart_revisions.py", "handler.py", "sqs_events.py", "sweeper.py", "telemetry.py", "wake.py")
 #: The runtime's own copies; a second one in the package would shadow them.
 RUNTIME_PROVIDED = ("boto3", "botocore", "s3transfer", "urllib3", "dateutil")
 PLATFORM = "manylinux2014_aarch64"   # Architectures: [arm64] in the template

@@ -81,7 +81,7 @@ def _fake_install(out: Path, *, direct_url: str | None) -> None:
     info.mkdir(parents=True)
     if direct_url is not None:
         (info / "direct_url.json").write_text(json.dumps({"url": direct_url, "archive_info": {}}))
-    for name in ("app.py", "chart_revisions.py", "handler.py", "sqs_events.py", "sweeper.py", "telemetry.py"):
+    for name in ("app.py", "chart_revisions.py", "handler.py", "sqs_events.py", "sweeper.py", "telemetry.py", "wake.py"):
         (out / name).write_text("")
 
 

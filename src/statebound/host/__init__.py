@@ -17,3 +17,13 @@ __all__ = ["Clock", "ManualClock", "SystemClock", "Host", "FireResult", "SendRes
            "TimerCompletion", "TimerRef", "TimerRow", "Sweeper", "SweepReport", "SweeperMetrics", "MigrationResult",
            "Wakeup", "WakeupRequest", "WakeupSource", "MemoryWakeup",
            "Delivery", "InvokeRequest", "Pending", "SendProcessor", "InvokeHandler"]
+__all__ += ["SQLiteStore"]
+
+
+def __getattr__(name: str) -> object:
+    # SQLiteStore lives here with the other stores (DESIGN.md's layout), loaded on first use
+    # so that a host on another backend never imports sqlite3
+    if name == "SQLiteStore":
+        from .sqlite import SQLiteStore
+        return SQLiteStore
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
