@@ -40,6 +40,66 @@ def _dump(path: Path) -> list[str]:
         return list(con.iterdump())
 
 
+# ============================================================================ Layers
+
+SRC = ROOT / "src" / "statebound"
+#: DESIGN.md's layers, in order; the value modules (errors, events, effects, strict JSON) sit
+#: under all of them, and ``statebound/__init__.py`` and each package's ``__init__`` are facades
+LAYERS = {"exceptions": 0, "jsonio": 0, "events": 0, "effects": 0, "chart": 1, "datamodel": 2, "interpreter": 3,
+          "position": 4, "host": 5, "host.sqlite": 6, "dynamodb": 6, "aws": 6, "storeurl": 6, "cli": 7}
+#: what a pure core never imports: I/O, randomness, the backends
+IMPURE = {"random", "secrets", "uuid", "socket", "sqlite3", "boto3", "botocore", "subprocess", "http", "urllib",
+          "asyncio"}
+
+
+def _layer(module: str) -> int | None:
+    parts = module.split(".")[1:]
+    return LAYERS.get(".".join(parts[:2]), LAYERS.get(parts[0])) if parts else None
+
+
+def _imports(path: Path) -> list[tuple[str, int, bool]]:
+    """``(module imported, line, at module level)`` for every import in ``path``."""
+    module = ".".join(path.relative_to(SRC.parent).with_suffix("").parts).removesuffix(".__init__")
+    package = module.split(".") if path.name == "__init__.py" else module.split(".")[:-1]
+    top_level = {id(n) for n in ast.parse(path.read_text()).body}
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found += [(a.name, node.lineno, id(node) in top_level) for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = ".".join(package[:len(package) - node.level + 1]) if node.level else ""
+            name = ".".join(filter(None, [base, node.module]))
+            names = [name] if node.module else [f"{name}.{a.name}" for a in node.names]
+            found += [(n, node.lineno, id(node) in top_level) for n in names]
+    return found
+
+
+def test_imports_go_one_way_and_the_core_stays_pure():
+    """chart -> datamodel -> interpreter -> position -> host -> backends -> cli: no module
+    imports a later layer (a package ``__init__`` may load one of its own modules lazily: that
+    is a facade). chart, datamodel, interpreter, position, effects and events import no I/O,
+    no randomness and no backend; the only clock is the CPU budget's (ADR 0017)."""
+    backwards, impure, clocks = [], [], []
+    for path in sorted(SRC.rglob("*.py")):
+        module = ".".join(path.relative_to(SRC.parent).with_suffix("").parts).removesuffix(".__init__")
+        layer = _layer(module)
+        for target, line, top in _imports(path):
+            if target.startswith("statebound."):
+                later = _layer(target)
+                facade = path.name == "__init__.py" and not top and target.startswith(module + ".")
+                if layer is not None and later is not None and later > layer and not facade:
+                    backwards.append(f"{module}:{line} imports {target}")
+            elif layer is not None and layer <= LAYERS["position"]:
+                if target.split(".")[0] in IMPURE:
+                    impure.append(f"{module}:{line} imports {target}")
+                if target.split(".")[0] == "time":
+                    clocks.append(module)
+    assert backwards == [] and impure == [] and clocks == ["statebound.datamodel.budget"]
+    # the check sees what it should: the CLI imports the host, the host the interpreter
+    assert any(t.startswith("statebound.host") for t, _, _ in _imports(SRC / "cli" / "_base.py"))
+    assert _layer("statebound.host.sqlite") > _layer("statebound.host.host") > _layer("statebound.interpreter.state")
+
+
 # ============================================================================ Core API
 
 def test_chart_loaders_take_the_keywords_design_names(tmp_path):
