@@ -12,6 +12,7 @@ two writers race. The CLI runs in-process through ``statebound.cli.main``.
 
 from __future__ import annotations
 
+import argparse
 import ast
 import dataclasses
 import importlib.util
@@ -26,6 +27,7 @@ import yaml
 
 import statebound as sb
 from dynamo.conftest import _shared_client, aws_env, mock_client  # noqa: F401  (in-process moto fixtures)
+from statebound.cli import build_parser
 from statebound.cli import main as cli
 from statebound.dynamodb import DynamoStore
 
@@ -378,10 +380,14 @@ def _run(capsys, *argv: str) -> dict | list:
 def test_every_cli_command_takes_store_url(store_url, capsys, tmp_path):
     """Every command, each given ``--store URL``, alternately before and after its name; none
     of them may fall back to the environment's store."""
+    ran: set[str] = set()
+
     def before(*argv: str) -> dict | list:
+        ran.add(argv[0])
         return _run(capsys, "--store", store_url, *argv)
 
     def after(*argv: str) -> dict | list:
+        ran.add(argv[0])
         return _run(capsys, *argv, "--store", store_url)
 
     if store_url.startswith("dynamodb://"):
@@ -418,6 +424,9 @@ def test_every_cli_command_takes_store_url(store_url, capsys, tmp_path):
     assert after("inspect", "blob.bin", "--chart", chart)["position"]["configuration"] == ["Pending"]
     # and the store the URL names is the one that was written
     assert sb.Host([sb.Chart.from_file(ORDER)], sb.open_store(store_url)).get("o1").configuration == {"Started"}
+    # every command there is (a new one joins this test)
+    [commands] = [a.choices for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)]
+    assert ran == set(commands) - ({"dynamodb"} if not store_url.startswith("dynamodb://") else set())
 
 
 # ============================================================================ the layout's modules
