@@ -26,6 +26,7 @@ import statebound as sb
 import statebound.aws
 import statebound.dynamodb
 import statebound.host
+import statebound.position
 from statebound.cli import build_parser
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -185,6 +186,20 @@ def test_documented_values_are_the_code_s():
     text = (ROOT / "docs" / "persistence.md").read_text()
     fields = re.search(r"`Position\.PER_DRIVER_FIELDS` is `(\([^`]*\))`", text, re.S)
     assert fields and ast.literal_eval(fields.group(1)) == sb.Position.PER_DRIVER_FIELDS
+
+
+def test_what_the_docs_say_an_error_is_it_is():
+    """``X` (a `Y`)``, ``X` (also a `Y`)``, ``X`, a `Y``: each X is a subclass of Y."""
+    import builtins
+    names, _ = _namespace()
+    names.update({n: getattr(statebound.position, n) for n in statebound.position.__all__})
+    claims = {(doc, a, b) for doc in DOCS for a, b in re.findall(
+        r"`(?:sb\.)?([A-Z]\w+)`,? \(?(?:also )?an? `(?:sb\.)?([A-Z]\w+)`", doc.read_text())}
+    checked = [(a, b) for _, a, b in claims if a in names and (b in names or hasattr(builtins, b))]
+    assert len(checked) >= 5
+    wrong = [f"{_rel(doc)}: {a} is not a {b}" for doc, a, b in claims if a in names and isinstance(names[a], type)
+             and not issubclass(names[a], names.get(b) or getattr(builtins, b, object))]
+    assert not wrong, "\n".join(wrong)
 
 
 # ---------------------------------------------------------------------------- the command line
