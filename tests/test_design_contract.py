@@ -522,6 +522,47 @@ def test_every_lambda_handler_is_packaged_and_takes_event_and_context():
     assert table == {function: handler.split(".")[0] + ".py" for function, handler in handlers.items()}
 
 
+# ============================================================================ Exceptions
+
+def test_the_errors_design_names_share_the_root_and_their_layer_base():
+    """DESIGN.md's errors by name, under one root with a base per layer; each one that the
+    tests above provoke is caught by ``except sb.StateboundError``."""
+    bases = {sb.ChartError: [sb.ChartSyntaxError, sb.ChartValidationError, sb.ChartPolicyError],
+             sb.PositionError: [sb.NotAPosition, sb.UnsupportedFormatVersion, sb.ChartIdentityMismatch,
+                                sb.CorruptPosition],
+             sb.StoreError: [sb.ConflictError, sb.ItemTooLarge, sb.InvalidStoreURL],
+             sb.StateboundError: [sb.NotRunning, sb.EvaluationError, sb.SerializationError, sb.InstanceNotFound]}
+    for base, errors in bases.items():
+        assert issubclass(base, sb.StateboundError) and all(issubclass(e, base) for e in errors), base
+    with pytest.raises(sb.StateboundError):
+        sb.Chart.from_scxml("<scxml")
+    with pytest.raises(sb.StateboundError):
+        sb.Position.from_bytes(b"not a blob", sb.Chart.from_file(ORDER))
+    with pytest.raises(sb.StateboundError):
+        sb.open_store("nosuch://x")
+
+
+def test_every_error_class_statebound_defines_has_the_root():
+    """Walk every module: an exception class is a ``StateboundError`` unless it is private
+    (its name or module starts with ``_``) or says it is internal control flow that no
+    public call lets out (``OutOfRounds``, ``BudgetSpent``)."""
+    import importlib
+    import pkgutil
+    outside, seen = [], 0
+    for info in pkgutil.walk_packages(sb.__path__, "statebound."):
+        if info.name.endswith("__main__"):
+            continue
+        for name, obj in vars(importlib.import_module(info.name)).items():
+            if not (isinstance(obj, type) and issubclass(obj, BaseException) and obj.__module__ == info.name):
+                continue
+            seen += 1
+            private = name.startswith("_") or any(part.startswith("_") for part in info.name.split("."))
+            internal = (obj.__doc__ or "").startswith("Internal:")
+            if not (issubclass(obj, sb.StateboundError) or private or internal):
+                outside.append(f"{info.name}.{name}")
+    assert outside == [] and seen > 40
+
+
 # ============================================================================ Bad input
 # Each bullet of DESIGN.md's list: the typed error, and nothing lost. "Event data is data": tests/test_datamodel.py::
 # test_external_event_data_is_never_evaluated and tests/test_ecmascript.py::test_event_data_is_data_never_code.
