@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import ast
 import importlib
+import inspect
+import re
 import pkgutil
 import types
 from functools import cache
@@ -88,3 +90,46 @@ def test_a_bare_constant_is_caught(tmp_path, monkeypatch):
         'BARE = 1\n#: a comment\nNOTED = 2\n\nTRAILING = 3  # a comment\n')
     monkeypatch.syspath_prepend(str(tmp_path))
     assert _commented_assignments("sb_undocumented") == {"NOTED", "TRAILING"}
+
+
+_PARAM = re.compile(r":param (?:[\w\[\], |.]+ )?(\w+):")
+
+
+def _unknown_params(obj: object, doc: str | None, extra: frozenset[str] = frozenset()) -> list[str]:
+    """The ``:param name:`` entries of ``doc`` that ``obj``'s signature does not have."""
+    named = _PARAM.findall(doc or "")
+    if not named:
+        return []
+    try:
+        parameters = inspect.signature(obj).parameters  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return []
+    if any(p.kind is p.VAR_KEYWORD for p in parameters.values()):
+        return []
+    return [n for n in named if n not in parameters and n not in extra]
+
+
+def test_every_documented_param_is_a_real_parameter():
+    """A ``:param x:`` in a docstring names a parameter the function (or the class's
+    constructor, or a dataclass field) really has: a renamed keyword leaves no stale doc."""
+    wrong, documented = [], 0
+    for module in MODULES:
+        for name, obj in vars(importlib.import_module(module)).items():
+            if getattr(obj, "__module__", None) != module:
+                continue
+            targets = [(name, obj, obj.__doc__)] if inspect.isfunction(obj) else []
+            if inspect.isclass(obj):
+                targets.append((name, obj, obj.__doc__))
+                targets += [(f"{name}.{n}", f, f.__doc__) for n, m in vars(obj).items()
+                            for f in [getattr(m, "__func__", m)] if inspect.isfunction(f)]
+            for where, target, doc in targets:
+                documented += bool(_PARAM.search(doc or ""))
+                fields = frozenset(getattr(target, "__dataclass_fields__", ()))
+                wrong += [f"{module}.{where}: :param {p}:" for p in _unknown_params(target, doc, fields)]
+    assert documented > 30 and wrong == []
+
+
+def test_a_stale_param_is_caught():
+    def f(new: int) -> None:
+        """:param old: renamed since."""
+    assert _unknown_params(f, f.__doc__) == ["old"]
