@@ -17,6 +17,7 @@ import pkgutil
 import types
 from functools import cache
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -95,13 +96,13 @@ def test_a_bare_constant_is_caught(tmp_path, monkeypatch):
 _PARAM = re.compile(r":param (?:[\w\[\], |.]+ )?(\w+):")
 
 
-def _unknown_params(obj: object, doc: str | None, extra: frozenset[str] = frozenset()) -> list[str]:
+def _unknown_params(obj: Any, doc: str | None, extra: frozenset[str] = frozenset()) -> list[str]:
     """The ``:param name:`` entries of ``doc`` that ``obj``'s signature does not have."""
     named = _PARAM.findall(doc or "")
     if not named:
         return []
     try:
-        parameters = inspect.signature(obj).parameters  # type: ignore[arg-type]
+        parameters = inspect.signature(obj).parameters
     except (TypeError, ValueError):
         return []
     if any(p.kind is p.VAR_KEYWORD for p in parameters.values()):
