@@ -87,6 +87,16 @@ def test_links_and_paths_lead_to_files(doc):
             assert (ROOT / path).exists(), f"{_rel(doc)}: {span} does not exist"
 
 
+def test_every_extra_the_docs_and_errors_name_is_in_pyproject():
+    """``pip install 'statebound[x]'`` works for each ``x`` the docs (and the error messages
+    that give that advice) name."""
+    import tomllib
+    extras = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"])
+    texts = [doc.read_text() for doc in DOCS] + [p.read_text() for p in (ROOT / "src").rglob("*.py")]
+    named = {extra for text in texts for extra in re.findall(r"statebound\[([a-z-]+)\]", text)}
+    assert {"aws", "ecmascript", "cli"} <= named <= extras
+
+
 # ---------------------------------------------------------------------------- Python calls
 
 def _namespace() -> tuple[dict[str, Any], dict[str, Any]]:
