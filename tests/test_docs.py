@@ -97,6 +97,12 @@ def test_every_extra_the_docs_and_errors_name_is_in_pyproject():
     assert {"aws", "ecmascript", "cli"} <= named <= extras
 
 
+def test_every_environment_variable_the_docs_name_is_read():
+    read = {v for p in (ROOT / "src").rglob("*.py") for v in re.findall(r"\bSTATEBOUND_[A-Z_]+", p.read_text())}
+    named = {v for doc in DOCS[:-1] for v in re.findall(r"\bSTATEBOUND_[A-Z_]+", doc.read_text())}
+    assert {"STATEBOUND_STORE", "STATEBOUND_HISTORY"} <= named <= read
+
+
 # ---------------------------------------------------------------------------- Python calls
 
 def _namespace() -> tuple[dict[str, Any], dict[str, Any]]:
