@@ -24,8 +24,11 @@ import pytest
 
 import statebound as sb
 import statebound.aws
+import statebound.chart.trust
+import statebound.chart.xml
 import statebound.dynamodb
 import statebound.host
+import statebound.host.host
 import statebound.position
 from statebound.cli import build_parser
 
@@ -216,6 +219,51 @@ def test_what_the_docs_say_an_error_is_it_is():
     wrong = [f"{_rel(doc)}: {a} is not a {b}" for doc, a, b in claims if a in names and isinstance(names[a], type)
              and not issubclass(names[a], names.get(b) or getattr(builtins, b, object))]
     assert not wrong, "\n".join(wrong)
+
+
+def _amount(text: str) -> int:
+    """``"5,000 ms"`` -> 5000, ``"64 MiB"`` -> 67108864: the first amount in a table cell."""
+    m = re.search(r"(\d[\d,]*)\s*(KiB|MiB)?", text)
+    assert m, text
+    return int(m.group(1).replace(",", "")) * {None: 1, "KiB": 1024, "MiB": 1024 ** 2}[m.group(2)]
+
+
+def _table_rows(doc: Path, header: str) -> list[list[str]]:
+    table = (ROOT / "docs" / doc).read_text().split(header, 1)[1].split("\n\n", 1)[0]
+    return [[c.strip() for c in line.strip("|").split("|")] for line in table.splitlines()[2:]]
+
+
+def test_the_limits_tables_give_the_code_s_defaults():
+    """docs/security.md's and docs/datamodels.md's tables of limits: each default is the one
+    the named keyword, ``Limits`` field or constant has."""
+    pytest.importorskip("quickjs")
+    from statebound.datamodel.ecmascript import DEFAULT_LIMITS
+
+    def defaults(where: str) -> list[int]:
+        found = [inspect.signature(getattr(sb, cls)).parameters[kw].default
+                 for cls, kw in re.findall(r"(Host|Interpreter)\((\w+)=\)", where)]
+        found += [getattr(DEFAULT_LIMITS, kw) for kw in re.findall(r"Limits\((\w+)=\)", where)]
+        found += [inspect.signature(sb.Interpreter).parameters[kw].default
+                  for kw in re.findall(r"^`(max_rounds)=`$", where)]
+        found += [getattr(module, name) for module in (statebound.chart.xml, statebound.host.host)
+                  for name in re.findall(r"`(?:[\w.]+\.)?([A-Z_]+)`", where) if hasattr(module, name)]
+        return found
+    checked = 0
+    for limit, default, where, _ in _table_rows(Path("security.md"), "| limit | default | where | what happens |"):
+        if limit.startswith("`src` bytes"):
+            documented = tuple(_amount(part) for part in default.split("/"))
+            assert documented == (statebound.chart.trust.MAX_LOADED_BYTES, statebound.chart.trust.MAX_LOADED_CHARTS)
+            checked += 1
+        for value in defaults(where):
+            assert value == _amount(default), (limit, where)
+            checked += 1
+    for name, default, _ in _table_rows(Path("datamodels.md"), "| limit | default | what it bounds |"):
+        kw = name.split("`")[1]
+        value = getattr(DEFAULT_LIMITS, kw) if hasattr(DEFAULT_LIMITS, kw) else inspect.signature(
+            sb.Host).parameters[kw].default
+        assert value == _amount(default), name
+        checked += 1
+    assert checked >= 14
 
 
 # ---------------------------------------------------------------------------- the command line
