@@ -291,6 +291,7 @@ class Chart:
         :raises ChartValidationError: every validation problem at once.
         :raises ChartPolicyError: a ``src`` or a datamodel the policy refuses (all problems).
         :raises ChartError: e.g. an unsupported datamodel.
+        :raises InvalidTrustLevel: ``trust`` is neither ``"trusted"`` nor ``"untrusted"``.
         """
         from .compiler import compile_chart
         return compile_chart(text, name=name, version=version, base_path=base_path, trust=trust,

@@ -315,6 +315,7 @@ class Host:
         :raises InstanceNotFound: no such instance (nothing written).
         :raises NotRunning: the instance has halted (nothing written).
         :raises IdempotencyKeyReused: the key was applied with another event or data.
+        :raises InvalidEvent: ``event`` has no name (nothing written).
         """
         if self._tracing is not None and not self._tracing.inside():
             return self._tracing.call("send", instance_id, event.name if isinstance(event, Event) else event,

@@ -201,6 +201,7 @@ class Interpreter:
         :param budget: as for :meth:`start`.
         :return: ``(new_position, effects)``.
         :raises NotRunning: if the position has halted.
+        :raises InvalidEvent: ``event`` is neither an :class:`Event` nor a non-empty name.
         """
         if position.status != RUNNING:
             raise NotRunning(f"session {position.session_id!r} is {position.status}; it cannot be driven",
