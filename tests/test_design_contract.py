@@ -19,6 +19,7 @@ import importlib.util
 import json
 import re
 import sqlite3
+import typing
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -456,9 +457,10 @@ def test_each_layout_module_holds_what_design_lists(tmp_path):
     clock.advance(1_000)
     assert H.Sweeper(host).run_once().fired == 1 and host.get("o").status == "done"
     assert isinstance(H.SystemClock().now_ms(), int)
-    # effects.py: the effect dataclasses, and nothing that is not one in __all__ but the union
-    assert {n for n in statebound.effects.__all__ if dataclasses.is_dataclass(getattr(statebound.effects, n))} == \
-        set(DESIGN_FIELDS)
+    # effects.py: the effect dataclasses, each of them in the ``Effect`` union
+    exported = {n for n in statebound.effects.__all__ if dataclasses.is_dataclass(getattr(statebound.effects, n))}
+    assert set(DESIGN_FIELDS) <= exported
+    assert {getattr(statebound.effects, n) for n in exported} == set(typing.get_args(statebound.effects.Effect))
     # dynamodb/: DynamoStore, leases, Lambda adapters
     # (at work on moto: tests/dynamo/, tests/aws_lambda/test_wakeups.py)
     from statebound.dynamodb import ShardLeases
