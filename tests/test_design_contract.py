@@ -512,7 +512,7 @@ def test_every_lambda_handler_is_packaged_and_takes_event_and_context():
     package = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(package)
     handlers = _template_handlers()
-    assert set(handlers) == {"EventsFunction", "SweeperFunction", "WakeFunction", "SqsEventsFunction"}
+    assert {"EventsFunction", "SweeperFunction", "WakeFunction", "SqsEventsFunction"} <= set(handlers)
     for function, handler in handlers.items():
         module, name = handler.split(".")
         assert {f"{module}.py"} | {f"{m}.py" for m in _local_imports(module)} <= set(package.HANDLER_FILES), function
