@@ -78,6 +78,11 @@ def test_the_adr_index_lists_every_adr_once_in_order_with_its_title():
 
 # ---------------------------------------------------------------------------- links and paths
 
+def test_the_readme_links_every_doc_and_the_adr_index():
+    linked = set(re.findall(r"\]\((docs/[^)#]+)\)", (ROOT / "README.md").read_text()))
+    assert {f"docs/{p.name}" for p in (ROOT / "docs").glob("*.md")} | {"docs/adr/"} <= linked
+
+
 @pytest.mark.parametrize("doc", DOCS, ids=_rel)
 def test_links_and_paths_lead_to_files(doc):
     text = doc.read_text()
