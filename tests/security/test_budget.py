@@ -164,3 +164,33 @@ def test_sessions_holding_big_datamodels_are_bounded_per_call(hostile):
     out = hostile({"main.scxml": chart}, host={"max_memory_bytes": 32 * 1024 * 1024}, fire=2)
     out.assert_error_execution("memory budget")
     assert 1 <= 40 - len(out.messages) <= 5, len(out.messages)  # a few children fit, the rest do not
+
+
+# Chart code made in one block (onexit) and run from outside the evaluation that made it,
+# in the next (the transition): called by a straight-line expression, iterated by <foreach>
+# in the interpreter itself, or called back by a builtin.
+LATER = {
+    "a lambda called by a later expression": (
+        '<log expr="fs.append(lambda: any(0 for _ in iter(int, 1)))"/>', '<assign location="n" expr="fs[0]()"/>'),
+    "a generator iterated by foreach": (
+        '<log expr="fs.append(x for x in iter(int, 1) if x)"/>',
+        '<foreach array="fs[0]" item="i"><assign location="n" expr="i"/></foreach>'),
+    "a def'd generator iterated by foreach": (
+        "<script>def g():\n    while True:\n        yield 0\nfs.append(g)</script>",
+        '<foreach array="fs[0]()" item="i"><assign location="n" expr="i"/></foreach>'),
+    "a lambda called by a builtin": (
+        '<log expr="fs.append(lambda x: any(0 for _ in iter(int, 1)))"/>',
+        '<assign location="n" expr="list(map(fs[0], [1]))"/>'),
+}
+
+
+@pytest.mark.parametrize("name", list(LATER))
+def test_chart_functions_run_under_the_budget_wherever_they_are_called(hostile, name):
+    made, used = LATER[name]  # the script fails its own checks (fs holds a function), but fs keeps it
+    chart = scxml(f"""<datamodel><data id="n" expr="0"/><data id="fs" expr="[]"/></datamodel><state id="idle">
+      {CATCH_PY}<onexit>{made}</onexit><transition event="go" target="idle">{used}</transition></state>""",
+                  datamodel=None)
+    out = hostile({"main.scxml": chart}, trust=None, events=[("go", None)], host=BUDGET)
+    out.assert_contained()
+    assert out.error is None and out.raw["metrics"]["budget_exhausted"] == 1, out.raw
+    assert out.raw["datamodel"] == {"n": 0, "fs": []}

@@ -19,7 +19,6 @@ from __future__ import annotations
 import ast
 import builtins
 import string
-import sys
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -194,54 +193,63 @@ def _format_fields(receiver: ast.AST) -> str | None:
     return None
 
 
-#: Nodes that can run chart code again and again: only code holding one is traced.
+#: Nodes that can run chart code again and again: each gets a tick of the budget.
 _REPEATING = (ast.While, ast.For, ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp, ast.Lambda,
               ast.FunctionDef)
+#: The global every tick calls: the drive's ``Budget.tick`` (see :attr:`PythonContext.budget`).
+#: A dunder name, so no chart can name, read or rebind it.
+_TICK = "__sb_tick"
 
 
 def _repeats(tree: ast.AST) -> bool:
     return any(isinstance(n, _REPEATING) for n in ast.walk(tree))
 
 
-class _Tracer:
-    """Spends the drive's budget on every line chart code runs (``sys.settrace``).
+class _Ticks(ast.NodeTransformer):
+    """Compiles a tick of the drive's budget into chart code wherever it can repeat.
 
-    Only installed around code that can repeat (a loop, a comprehension, a lambda, a def),
-    and only chart frames are followed (their globals are the drive's namespace; reading
-    ``f_code`` instead would raise an audit event per call), so straight-line expressions
-    pay nothing. When the
-    budget runs out, ``tick`` raises ``BudgetSpent`` inside the chart's frame; CPython then
-    drops the tracer, which is why the compiler refuses every way of running chart code
-    while that exception unwinds (``finally``, ``with``, bare or computed ``except``).
+    Every loop body, every function or lambda call and every step of a comprehension calls
+    ``__sb_tick()`` first, so the code spends the budget *wherever it runs*: in the
+    evaluation that made it, or later, called by another expression, iterated by
+    ``<foreach>``, or called back from a builtin (``map``, ``sorted(key=)``). A function keeps
+    its globals, which are the drive's namespace, and so the drive's tick. When the budget
+    runs out the tick raises ``BudgetSpent``, which no chart handler can catch (handlers name
+    built-in ``Exception`` classes only), and which every later tick raises again.
     What this cannot stop is one long call into C: ``10**10**10``, ``sum(range(10**12))``,
-    ``'x' * 10**10``. See ``docs/security.md``.
+    ``any(iter(int, 1))``, ``'x' * 10**10``. See ``docs/security.md``.
     """
 
-    __slots__ = ("ns", "tick")
+    @staticmethod
+    def _tick(at: ast.AST) -> ast.Call:
+        return ast.copy_location(ast.Call(func=ast.Name(id=_TICK, ctx=ast.Load()), args=[], keywords=[]), at)
 
-    def __init__(self, budget: Budget, ns: dict[str, Any]) -> None:
-        self.tick = budget.tick
-        self.ns = ns
+    def _prepend(self, node: Any) -> Any:
+        self.generic_visit(node)
+        node.body.insert(0, ast.copy_location(ast.Expr(value=self._tick(node)), node))
+        return node
 
-    def __call__(self, frame: Any, event: str, arg: Any) -> Any:
-        if frame.f_globals is self.ns:
-            self.tick()
-            return self.line
-        return None
+    visit_While = visit_For = visit_FunctionDef = _prepend
 
-    def line(self, frame: Any, event: str, arg: Any) -> Any:
-        if event == "line":
-            self.tick()
-        return self.line
+    def visit_Lambda(self, node: ast.Lambda) -> ast.AST:
+        self.generic_visit(node)  # lambda: body  ->  lambda: __sb_tick() or body  (a tick returns None)
+        node.body = ast.copy_location(ast.BoolOp(op=ast.Or(), values=[self._tick(node.body), node.body]), node.body)
+        return node
+
+    def visit_comprehension(self, node: ast.comprehension) -> ast.AST:
+        self.generic_visit(node)  # [x for x in xs if c]  ->  [x for x in xs if not __sb_tick() if c]
+        node.ifs.insert(0, ast.copy_location(ast.UnaryOp(op=ast.Not(), operand=self._tick(node.iter)), node.iter))
+        return node
 
 
-class _Repeating:
-    """Compiled code that can loop, to run under the tracer (a code object is slow to hash)."""
+def _no_tick() -> None:
+    """The tick of a drive with no budget."""
 
-    __slots__ = ("code",)
 
-    def __init__(self, code: Any) -> None:
-        self.code = code
+def _instrument(tree: Any) -> tuple[Any, bool]:
+    """``tree`` with the budget's ticks compiled in, and whether it can repeat at all."""
+    if not _repeats(tree):
+        return tree, False
+    return ast.fix_missing_locations(_Ticks().visit(tree)), True
 
 
 class _Failed:
@@ -274,6 +282,8 @@ class PythonDatamodel:
     def __init__(self, chart: Chart) -> None:
         self.chart = chart
         names: set[str] = set()
+        #: ids of the expressions that can repeat (and so tick the budget as they run)
+        self._repeating: set[int] = set()
         self.code: list[Any] = [self._compile(e, names) for e in chart.expressions]
         #: the system variables some expression of the chart names. No expression can reach
         #: a global it does not name (no ``globals()``, ``vars()`` or ``__`` attributes), so
@@ -283,10 +293,6 @@ class PythonDatamodel:
         self._eval = [_evaluator(e, c) for e, c in zip(chart.expressions, self.code, strict=True)]
         self._cond = [_condition(e, c) for e, c in zip(chart.expressions, self.code, strict=True)]
         self._assign = [_assigner(e, c) for e, c in zip(chart.expressions, self.code, strict=True)]
-
-    @staticmethod
-    def _register(code: Any, tree: ast.AST) -> Any:
-        return _Repeating(code) if _repeats(tree) else code
 
     def _compile(self, e: Expr, names: set[str]) -> Any:
         try:
@@ -305,23 +311,26 @@ class PythonDatamodel:
         if bad:
             return _Failed(f"{bad} in {e.kind} {e.src!r}")
         names.update(n.id for n in ast.walk(tree) if isinstance(n, ast.Name))
+        tree, repeats = _instrument(tree)  # after the checks: they would refuse the tick's name
+        if repeats:
+            self._repeating.add(e.id)
         if isinstance(tree, ast.Module):  # a <script>: only statements have except clauses
             tree = _rewrite_handlers(tree)
         where = f"<scxml line {e.line}>"
         if e.kind == "location":
-            body = tree.body  # type: ignore[attr-defined]
+            body = tree.body
             if not isinstance(body, (ast.Name, ast.Attribute, ast.Subscript)):
                 return _Failed(f"{e.src!r} is not an assignable location")
             root = _root_name(body)
-            load = self._register(compile(ast.Expression(body=body), where, "eval"), body)
+            load = compile(ast.Expression(body=body), where, "eval")
             if isinstance(body, ast.Name):
                 return ("name", body.id, None, load)
             stmt = ast.Module(body=[ast.Assign(targets=[ast.fix_missing_locations(
                 _as_store(body))], value=ast.Name(id="_sb_value", ctx=ast.Load()), lineno=1)],  # type: ignore[list-item]
                 type_ignores=[])
             ast.fix_missing_locations(stmt)
-            return ("path", root, self._register(compile(stmt, where, "exec"), stmt), load)
-        return self._register(compile(tree, where, mode), tree)  # type: ignore[call-overload]
+            return ("path", root, compile(stmt, where, "exec"), load)
+        return compile(tree, where, mode)
 
     def evaluator(self, expr: Expr) -> Callable[[PythonContext], Any]:
         """``f(ctx) -> value``: evaluate ``expr``, raising :class:`EvaluationError` on failure."""
@@ -336,11 +345,9 @@ class PythonDatamodel:
         return self._assign[location.id]
 
     def repeats(self, expr: Expr) -> bool:
-        """Whether ``expr`` compiled to code that can loop (it then runs under the budget's tracer)."""
-        c = self.code[expr.id]
-        if type(c) is tuple:
-            return type(c[2]) is _Repeating or type(c[3]) is _Repeating
-        return type(c) is _Repeating
+        """Whether ``expr`` compiled to code that can loop (it then ticks the drive's budget, which
+        must exist when it runs: see :attr:`PythonContext.budget`)."""
+        return expr.id in self._repeating
 
     def assignment(self, location: Expr, expr: Expr) -> Callable[[PythonContext], None] | None:
         """``f(ctx)``: evaluate ``expr`` and assign it to ``location``, in one closure.
@@ -372,13 +379,6 @@ def _evaluator(e: Expr, c: Any) -> Callable[[PythonContext], Any]:
         return _fails(c.message)
     code = c[3] if type(c) is tuple else c  # a location read as a value (namelist, <param location>)
     src = e.src
-    if type(code) is _Repeating:  # code that can loop runs under the budget's tracer
-        def evaluate_traced(ctx: PythonContext) -> Any:
-            try:
-                return ctx._traced(eval, code)
-            except Exception as exc:
-                raise EvaluationError(f"{src!r}: {type(exc).__name__}: {exc}") from None
-        return evaluate_traced
 
     def evaluate(ctx: PythonContext) -> Any:
         try:
@@ -393,9 +393,6 @@ def _condition(e: Expr, c: Any) -> Callable[[PythonContext], bool]:
         return _fails(c.message)
     code = c[3] if type(c) is tuple else c
     src = e.src
-    if type(code) is _Repeating:
-        evaluate = _evaluator(e, c)
-        return lambda ctx: bool(evaluate(ctx))
 
     def cond(ctx: PythonContext) -> bool:
         try:
@@ -409,8 +406,8 @@ def _condition(e: Expr, c: Any) -> Callable[[PythonContext], bool]:
 def _assignment(loc: Expr, lc: Any, e: Expr, c: Any) -> Callable[[PythonContext], None] | None:
     """``<assign location expr>`` in one closure, for the common case of a plain variable name."""
     if type(c) is _Failed or type(lc) is not tuple or lc[0] != "name" or lc[1] in SYSTEM_VARIABLES \
-            or lc[1].startswith("__") or type(c[3] if type(c) is tuple else c) is _Repeating:
-        return None  # the general composition reports failures in its order, and traces loops
+            or lc[1].startswith("__"):
+        return None  # the general composition reports failures in its order
     root = lc[1]
     code = c[3] if type(c) is tuple else c
     src = e.src
@@ -460,7 +457,7 @@ def _assigner(e: Expr, c: Any) -> Callable[[PythonContext, Any], None]:
         check_serializable(value, what)
         ns["_sb_value"] = value
         try:
-            exec(code, ns) if type(code) is not _Repeating else ctx._traced(exec, code)
+            exec(code, ns)
         except Exception as exc:
             raise EvaluationError(f"cannot assign to {src!r}: {type(exc).__name__}: {exc}") from None
         finally:
@@ -479,16 +476,17 @@ class PythonContext:
     Only the system variables the chart names are bound (see :attr:`PythonDatamodel.uses`).
     """
 
-    __slots__ = ("_dm", "budget", "ns")
+    __slots__ = ("_budget", "_dm", "ns")
 
     def __init__(self, dm: PythonDatamodel, variables: dict[str, Any], session_id: str, name: str,
                  ioprocessors: Mapping[str, Any], in_state: Callable[[str], bool],
                  budget: Budget | None = None) -> None:
         self._dm = dm
-        self.budget = budget
+        self._budget = budget
         uses = dm.uses
         ns = variables
         ns["__builtins__"] = SAFE_BUILTINS
+        ns[_TICK] = _no_tick if budget is None else budget.tick
         ns["_sessionid"] = session_id
         ns["_name"] = name
         if uses:
@@ -500,21 +498,16 @@ class PythonContext:
                 ns["_event"] = None
         self.ns = ns
 
-    def _traced(self, run: Callable[..., Any], c: _Repeating) -> Any:
-        """``eval``/``exec`` code that can loop, under the budget's tracer.
+    @property
+    def budget(self) -> Budget | None:
+        """The drive's budget, which every loop, call and comprehension of chart code ticks,
+        however it is reached (see :class:`_Ticks`). Set it before code that can loop runs."""
+        return self._budget
 
-        Straight-line code runs untraced (see :meth:`evaluate`): the interpreter ticks the
-        budget around it, so one long call into C (a huge power, a huge sum) is seen right
-        after it returns.
-        """
-        if self.budget is None:
-            return run(c.code, self.ns)
-        previous = sys.gettrace()
-        sys.settrace(_Tracer(self.budget, self.ns))
-        try:
-            return run(c.code, self.ns)
-        finally:
-            sys.settrace(previous)
+    @budget.setter
+    def budget(self, budget: Budget | None) -> None:
+        self._budget = budget
+        self.ns[_TICK] = _no_tick if budget is None else budget.tick
 
     def evaluate(self, expr: Expr) -> Any:
         """Evaluate an expression in the namespace."""
@@ -551,7 +544,7 @@ class PythonContext:
         ns = self.ns
         before = dict(ns)
         try:
-            exec(c, ns) if type(c) is not _Repeating else self._traced(exec, c)
+            exec(c, ns)
         except Exception as exc:
             # roll back what it bound so far: it may have bound an unstorable value or a
             # system variable, and the checks below never run for a failed script
@@ -569,7 +562,7 @@ class PythonContext:
             problem = "<script> may not assign system variables"
         else:
             for k, v in ns.items():
-                if k in SYSTEM_VARIABLES or k == "__builtins__":
+                if k in SYSTEM_VARIABLES or k == "__builtins__" or k == _TICK:
                     continue
                 if k not in before or before[k] is not v or isinstance(v, (list, dict)):
                     try:
@@ -590,4 +583,4 @@ class PythonContext:
     def variables(self) -> dict[str, Any]:
         """The variables, system names removed."""
         ns = self.ns
-        return {k: v for k, v in ns.items() if k not in SYSTEM_VARIABLES and k != "__builtins__"}
+        return {k: v for k, v in ns.items() if k not in SYSTEM_VARIABLES and k != "__builtins__" and k != _TICK}

@@ -322,7 +322,7 @@ class Interpreter:
                     _put(plan.micros, picked, micro)
             if micro is None:
                 return None
-            if micro.cost is None and q.budget is None:  # content that can loop runs under the tracer
+            if micro.cost is None and q.budget is None:  # content that can loop ticks the budget itself
                 q.budget = ctx.budget = self._budget(None)
             run_micro(micro, q, config)
             packed = pos.data if ctx is _INERT else pack_vars(ctx.variables())
