@@ -71,6 +71,11 @@ _V1_FIELDS = ("session_id", "status", "states", "data", "macrostep", "send_count
               "invoke_counter", "history", "timeouts", "invocations", "initialized", "parent",
               "invokeid")
 _V1_MIN = 3  # session_id, status and states are always written
+#: The largest counter a blob may hold: a signed 64-bit integer, what every store and codec
+#: writes back (a cbor bignum or a msgpack uint64 near its top would load, then fail to encode
+#: after the next drive, or to print as a send id).
+_MAX_COUNTER = (1 << 63) - 1
+_MIN_MS, _MAX_MS = -(1 << 63), (1 << 63) - 1
 _EMPTY: tuple[Any, ...] = ()
 
 
@@ -378,9 +383,14 @@ def _bad(msg: str) -> CorruptPosition:
 
 
 def _int(v: Any, what: str) -> int:
-    if type(v) is not int or v < 0:
-        raise _bad(f"{what} must be a non-negative integer, not {v!r}")
+    if type(v) is not int or not 0 <= v <= _MAX_COUNTER:
+        raise _bad(f"{what} must be a non-negative 64-bit integer, not {_short(v)}")
     return v
+
+
+def _short(v: Any) -> str:
+    # repr of a 10**5000 would exceed int-to-str's digit cap (ValueError) and flood the message
+    return f"an int of {v.bit_length()} bits" if type(v) is int and v.bit_length() > 64 else repr(v)[:80]
 
 
 def _opt_str(v: Any, what: str) -> str | None:
@@ -416,7 +426,7 @@ def _build(chart: Chart, f: list[Any], cbor: bool) -> Position:
         raise _bad("session_id must be a string")
     status = f[1]
     if type(status) is not int or not 0 <= status < 3:
-        raise _bad(f"unknown status code {status!r}")
+        raise _bad(f"unknown status code {_short(status)}")
     status_name = _STATUS_NAME[status]
 
     raw = f[3]
@@ -446,8 +456,8 @@ def _build(chart: Chart, f: list[Any], cbor: bool) -> Position:
         v = counters[k]
         if v is None:
             counters[k] = 0
-        elif type(v) is not int or v < 0:
-            raise _bad(f"{_V1_FIELDS[k + 4]} must be a non-negative integer, not {v!r}")
+        else:
+            _int(v, _V1_FIELDS[k + 4])
     for k in range(8, 12):
         v = f[k]
         if v is None:
@@ -474,7 +484,7 @@ def _assemble(chart: Chart, session_id: str, status: str, states_in: Any, data: 
     prev = 0
     for s in _seq(states_in, "configuration"):
         if type(s) is not int or not prev < s < n_states:
-            raise bad(f"state index {s!r} is out of range or out of document order")
+            raise bad(f"state index {_short(s)} is out of range or out of document order")
         prev = s
         node = nodes[s]
         if node.kind == "history":
@@ -507,14 +517,14 @@ def _assemble(chart: Chart, session_id: str, status: str, states_in: Any, data: 
             raise bad("a history entry is [history state, [states]]")
         h, rec = item
         if type(h) is not int or not prev < h < n_states or nodes[h].kind != "history":
-            raise bad(f"history index {h!r} is not a history state (or out of order)")
+            raise bad(f"history index {_short(h)} is not a history state (or out of order)")
         prev = h
         hnode = nodes[h]
         owner: StateNode = nodes[hnode.parent]  # type: ignore[index]
         deep = hnode.history_type == "deep"
         for r in _seq(rec, "history value"):
             if type(r) is not int or not owner.index < r <= owner.last:
-                raise bad(f"history {hnode.id!r} records {r!r}, not a descendant of {owner.id!r}")
+                raise bad(f"history {hnode.id!r} records {_short(r)}, not a descendant of {owner.id!r}")
             rn = nodes[r]
             if (deep and not rn.is_atomic) or (not deep and rn.parent != owner.index) or rn.kind == "history":
                 raise bad(f"{hnode.history_type} history {hnode.id!r} cannot record {rn.id!r}")
@@ -530,17 +540,17 @@ def _assemble(chart: Chart, session_id: str, status: str, states_in: Any, data: 
         send_id = t[3] if len(t) > 3 else None
         at_ms = t[4] if len(t) > 4 else None
         if type(st) is not int or st not in active:
-            raise bad(f"armed timeout on state {st!r}, which is not active")
+            raise bad(f"armed timeout on state {_short(st)}, which is not active")
         if type(name) is not str or not any(ts.name == name for ts in nodes[st].timeouts):
             raise bad(f"state {nodes[st].id!r} declares no timeout named {name!r}")
         if type(tord) is not int or not 0 < tord <= ordinal:
-            raise bad(f"timeout ordinal {tord!r} is not within the session's ordinal {ordinal}")
+            raise bad(f"timeout ordinal {_short(tord)} is not within the session's ordinal {ordinal}")
         if send_id is None:
             send_id = f"sb.timeout.{nodes[st].id}.{name}"
         elif type(send_id) is not str:
             raise bad("timeout send_id must be a string")
-        if at_ms is not None and type(at_ms) is not int:
-            raise bad("timeout at_ms must be an integer")
+        if at_ms is not None and (type(at_ms) is not int or not _MIN_MS <= at_ms <= _MAX_MS):
+            raise bad("timeout at_ms must be a 64-bit integer")
         timeouts.append(ArmedTimeout(st, name, tord, send_id, at_ms))
 
     # -- invocations: owned by an active state, pointing at one of its <invoke>s
@@ -552,9 +562,9 @@ def _assemble(chart: Chart, session_id: str, status: str, states_in: Any, data: 
         if type(iid) is not str:
             raise bad("invokeid must be a string")
         if type(st) is not int or st not in active:
-            raise bad(f"invocation {iid!r} refers to state {st!r}, which is not active")
+            raise bad(f"invocation {_short(iid)} refers to state {_short(st)}, which is not active")
         if type(k) is not int or not 0 <= k < len(nodes[st].invokes):
-            raise bad(f"invocation {iid!r}: state {nodes[st].id!r} has no invoke #{k!r}")
+            raise bad(f"invocation {_short(iid)}: state {nodes[st].id!r} has no invoke #{_short(k)}")
         if type(af) is not bool:
             raise bad("autoforward must be a boolean")
         invocations.append(Invocation(iid, st, k, af))
@@ -562,7 +572,7 @@ def _assemble(chart: Chart, session_id: str, status: str, states_in: Any, data: 
     prev = -1
     for s in _seq(initialized_in, "initialized") if initialized_in else _EMPTY:
         if type(s) is not int or not prev < s < n_states:
-            raise bad(f"initialized state {s!r} is out of range or out of order")
+            raise bad(f"initialized state {_short(s)} is out of range or out of order")
         prev = s
 
     return make_position(chart, session_id, status, states, tuple(history), data, counters[0], counters[1],

@@ -144,3 +144,46 @@ def test_start_data_for_a_null_chart_is_refused_not_an_internal_error():
     null = sb.Chart.from_scxml(scxml('<state id="a"/>', datamodel="null"))
     with pytest.raises(sb.SerializationError, match="null datamodel has no variables"):
         sb.Interpreter(null).start(data={"x": 1})
+
+
+def _refield(blob: bytes, chart: sb.Chart, edit) -> bytes:
+    """The blob with its cbor payload's fields rewritten by ``edit`` (a forger's tool)."""
+    cbor2 = pytest.importorskip("cbor2")
+    from statebound import position as P
+    off = P.read_header(blob).payload_offset
+    fields = cbor2.loads(blob[off:])
+    fields += [None] * (14 - len(fields))
+    edit(fields)
+    return blob[:off] + cbor2.dumps(fields)
+
+
+@pytest.mark.parametrize("value", [10 ** 5000, 2 ** 64 + 1, 2 ** 63], ids=["bignum", "past uint64", "past int64"])
+@pytest.mark.parametrize("field", [4, 5, 6, 7], ids=["macrostep", "send_counter", "ordinal", "invoke_counter"])
+def test_from_bytes_refuses_counters_no_store_can_write_back(field, value):
+    # 10**5000 loaded, and the next drive raised a bare ValueError printing send ids
+    # (int-to-str digit cap) or a SerializationError writing the position back
+    chart = sb.Chart.from_scxml(ECMA)
+    blob = sb.Interpreter(chart).start()[0].to_bytes("cbor")
+    forged = _refield(blob, chart, lambda f: f.__setitem__(field, value))
+    with pytest.raises(sb.CorruptPosition, match="64-bit integer"):
+        sb.Position.from_bytes(forged, chart)
+    ok = _refield(blob, chart, lambda f: f.__setitem__(field, 2 ** 63 - 1))
+    assert sb.Position.from_bytes(ok, chart).to_bytes()  # the largest allowed loads and writes back
+
+
+def test_from_bytes_refuses_a_timeout_due_past_64_bits():
+    chart = sb.Chart.from_scxml(scxml('<state id="a"><sb:timeout name="t" after="1s" event="late"/></state>',
+                                      attrs='xmlns:sb="urn:statebound"'))
+    pos = sb.Interpreter(chart).start()[0]
+    assert pos.timeouts, "the chart arms a timeout"
+    blob = pos.to_bytes("cbor")
+
+    def due(at):
+        def edit(f):
+            f[9] = [list(t) + [None] * (5 - len(t)) for t in f[9]]
+            f[9][0][4] = at
+        return edit
+    for at in (10 ** 30, -(2 ** 63) - 1):
+        with pytest.raises(sb.CorruptPosition, match="at_ms must be a 64-bit integer"):
+            sb.Position.from_bytes(_refield(blob, chart, due(at)), chart)
+    assert sb.Position.from_bytes(_refield(blob, chart, due(2 ** 62)), chart).timeouts[0].at_ms == 2 ** 62
