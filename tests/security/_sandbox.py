@@ -127,6 +127,10 @@ def warm_up(sb) -> None:
         pass
 
 
+def _at_depth(frames: int, call):
+    return call() if frames <= 0 else _at_depth(frames - 1, call)
+
+
 def run(sb, spec: dict, base: str, out: dict) -> None:
     kw = {} if spec.get("trust") is None else {"trust": spec["trust"]}
     if spec.get("allow_dirs"):
@@ -145,11 +149,14 @@ def run(sb, spec: dict, base: str, out: dict) -> None:
                    **host_kw)
     out["phase"] = "start"
     host.start(chart, "main", data=spec.get("data"))
-    for name, data in spec.get("events", []):
+    stacks = spec.get("stacks") or []
+    for i, (name, data) in enumerate(spec.get("events", [])):
         out["phase"] = f"send {name}"
         if host.get("main").status != "running":
             break
-        host.send("main", name, data)
+        # a caller deep in its own stack (a web framework, a handler chain): what an earlier,
+        # shallower call stored must still load there
+        _at_depth(stacks[i] if i < len(stacks) else 0, lambda n=name, d=data: host.send("main", n, d))
     for _ in range(spec.get("fire", 0)):
         due = host.next_due()
         if due is None:

@@ -75,7 +75,8 @@ def hostile(tmp_path: Path):
     """``hostile(files, chart="main.scxml", trust="untrusted", events=(), ...) -> Outcome``.
 
     ``files`` maps names (relative to the base directory) to text; ``None`` as trust
-    omits the keyword (the default, trusted).
+    omits the keyword (the default, trusted). ``stacks[i]``: how many frames deep in its own
+    stack the caller sends the ``i``-th event.
     """
     base = tmp_path / "base"
     base.mkdir()
@@ -84,7 +85,7 @@ def hostile(tmp_path: Path):
     def run(files: dict[str, str], *, chart: str = "main.scxml", trust: str | None = "untrusted",
             events: list[tuple[str, Any]] = (), load: str = "file", host: dict[str, Any] | None = None,
             ecma_limits: dict[str, Any] | None = None, fire: int = 0, data: Any = None,
-            allow_dirs: list[str] | None = None, prepare: Any = None) -> Outcome:
+            allow_dirs: list[str] | None = None, prepare: Any = None, stacks: list[int] | None = None) -> Outcome:
         for name, text in files.items():
             p = base / name
             p.parent.mkdir(parents=True, exist_ok=True)
@@ -93,7 +94,7 @@ def hostile(tmp_path: Path):
             prepare(base)
         spec = {"base": str(base), "chart": chart, "trust": trust, "events": list(events), "load": load,
                 "host": host or {}, "ecma_limits": ecma_limits, "fire": fire, "data": data,
-                "allow_dirs": allow_dirs}
+                "allow_dirs": allow_dirs, "stacks": stacks}
         spec_path = tmp_path / "spec.json"
         spec_path.write_text(json.dumps(spec))
         try:

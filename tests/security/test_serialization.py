@@ -187,3 +187,59 @@ def test_from_bytes_refuses_a_timeout_due_past_64_bits():
         with pytest.raises(sb.CorruptPosition, match="at_ms must be a 64-bit integer"):
             sb.Position.from_bytes(_refield(blob, chart, due(at)), chart)
     assert sb.Position.from_bytes(_refield(blob, chart, due(2 ** 62)), chart).timeouts[0].at_ms == 2 ** 62
+
+
+def _nesting_chart(depth: int) -> str:
+    return scxml(f"""<datamodel><data id="x" expr="'before'"/><data id="y" expr="0"/></datamodel>
+      <state id="a">{CATCH}
+        <transition event="go"><assign location="y" expr="1"/>
+          <script>x = (function () {{ var v = []; for (var i = 1; i &lt; {depth}; i++) v = [v]; return v; }})();
+          </script></transition>
+        <transition event="more"><assign location="y" expr="y + 1"/></transition></state>""")
+
+
+def test_a_value_nested_past_the_cap_is_refused_so_no_deeper_caller_fails_to_load_it(hostile):
+    # 900 levels stored from a shallow stack; every later drive from a caller 150 frames deeper
+    # raised a bare RecursionError turning the variables into JSON for QuickJS: the session was
+    # poisoned for good. Now the drive that made it gets error.execution, the rest commits.
+    out = hostile({"main.scxml": _nesting_chart(900)}, events=[("go", None), ("more", None)], stacks=[0, 600])
+    out.assert_error_execution("nest more than 256 levels")
+    assert out.raw["datamodel"] == {"x": "before", "y": 2}
+
+
+def test_a_value_nested_to_the_cap_loads_from_a_deep_caller(hostile):
+    out = hostile({"main.scxml": _nesting_chart(256)}, events=[("go", None), ("more", None)], stacks=[0, 600])
+    out.assert_contained()
+    assert out.error is None and not out.messages, out.raw
+    x, depth = out.raw["datamodel"]["x"], 0
+    while isinstance(x, list):
+        x, depth = (x[0] if x else None), depth + 1
+    assert depth == 256 and out.raw["datamodel"]["y"] == 2
+
+
+def test_from_bytes_and_start_data_refuse_ecmascript_values_nested_past_the_cap():
+    chart = sb.Chart.from_scxml(ECMA)
+    deep = [1]
+    for _ in range(256):
+        deep = [deep]
+    with pytest.raises(sb.CorruptPosition, match="nest more than 256 levels"):
+        sb.Position.from_bytes(_blob(chart, {"x": deep}), chart)
+    with pytest.raises(sb.SerializationError, match="nest more than 256 levels"):
+        sb.Interpreter(chart).start(data={"x": deep})
+    assert sb.Position.from_bytes(_blob(chart, {"x": deep[0]}), chart).datamodel["x"] == deep[0]
+
+
+def test_event_data_nested_past_the_cap_is_error_execution_wherever_it_comes_from(hostile):
+    # the chart's own <send>, and a host caller deep in its stack: reading _event turned the
+    # data into JSON for QuickJS, which took as much Python stack as the data was deep
+    deep = 1
+    for _ in range(600):
+        deep = [deep]
+    chart = scxml(f"""<datamodel><data id="y" expr="0"/></datamodel><state id="a">{CATCH}
+      <transition event="go"><send event="echo"><content expr="(function () {{ var v = [];
+        for (var i = 0; i &lt; 600; i++) v = [v]; return v; }})()"/></send></transition>
+      <transition event="echo outside"><assign location="y" expr="y + 1"/><log label="kind" expr="typeof _event.data"/>
+      </transition></state>""")
+    out = hostile({"main.scxml": chart}, events=[("go", None), ("outside", deep)], stacks=[0, 600])
+    out.assert_error_execution("data of event 'echo' nests more than 256", "data of event 'outside' nests more")
+    assert out.raw["datamodel"] == {"y": 0}

@@ -19,7 +19,7 @@ from ..exceptions import EvaluationError, SerializationError
 from .budget import Budget
 
 __all__ = ["Datamodel", "Context", "EventView", "AttrDict", "SYSTEM_VARIABLES", "pack_vars",
-           "unpack_vars", "check_serializable", "check_stored", "datamodel_for"]
+           "unpack_vars", "check_serializable", "check_stored", "datamodel_for", "MAX_NESTING", "too_deep"]
 
 #: Names an expression can read but never assign.
 SYSTEM_VARIABLES = frozenset({"_event", "_sessionid", "_name", "_ioprocessors", "_x", "In"})
@@ -154,6 +154,36 @@ def check_serializable(value: Any, what: str = "value") -> None:
 _JSON_SCALARS = (str, int, float, bool, type(None))
 _PY_SCALARS = (str, int, float, bool, type(None), bytes)
 
+#: How deeply lists and objects may nest in an ecmascript datamodel value. Its values cross
+#: into QuickJS as JSON, and Python's ``json`` recurses once per level on the caller's stack:
+#: without a fixed cap a value stored from a shallow stack (900 levels) failed to load from a
+#: deeper one, with a bare ``RecursionError`` on every later drive of the session.
+MAX_NESTING = 256
+_SEQUENCES = frozenset({list, tuple, set, frozenset})
+
+
+def too_deep(value: Any, limit: int = MAX_NESTING) -> bool:
+    """Whether containers (lists, dicts, tuples, sets) nest more than ``limit`` deep in ``value``
+    (level by level, so it never runs out of stack itself)."""
+    level = [value]
+    depth = 0
+    while level:
+        depth += 1
+        below = []
+        for v in level:
+            t = type(v)
+            if t is dict:
+                v = v.values()
+            elif t not in _SEQUENCES:
+                continue
+            if depth > limit:
+                return True
+            for x in v:
+                if type(x) is dict or type(x) in _SEQUENCES:
+                    below.append(x)
+        level = below
+    return False
+
 
 def check_stored(datamodel: str, values: Any) -> str | None:
     """Why ``values`` (decoded from a position, an export or start data) cannot be the
@@ -174,19 +204,22 @@ def check_stored(datamodel: str, values: Any) -> str | None:
     for name in values:
         if type(name) is not str or not name or name in SYSTEM_VARIABLES or name.startswith("__"):
             return f"{name!r} is not a variable name"
-    todo = list(values.values())
+    todo = [(v, 1) for v in values.values()]
+    limit = MAX_NESTING if json_only else None  # python values never cross as JSON
     while todo:  # iterative: depth is bounded by the decoder, but no need to recurse
-        v = todo.pop()
+        v, depth = todo.pop()
         t = type(v)
         if t in scalars:
             continue
+        if limit is not None and depth > limit:
+            return f"values nest more than {limit} levels deep"
         if t is list:
-            todo.extend(v)
+            todo.extend((x, depth + 1) for x in v)
         elif t is dict:
             for k in v:
                 if type(k) is not str and (json_only or type(k) not in _PY_SCALARS):
                     return f"a map key {k!r} is not a {'string' if json_only else 'scalar'}"
-            todo.extend(v.values())
+            todo.extend((x, depth + 1) for x in v.values())
         else:
             return f"a {t.__name__} is not a value of the {datamodel} datamodel"
     return None

@@ -11,7 +11,7 @@ import quickjs
 
 from ...chart.model import Assign, Chart, Expr, Foreach, If, Script
 from ...exceptions import EvaluationError, SerializationError
-from ..base import SYSTEM_VARIABLES
+from ..base import MAX_NESTING, SYSTEM_VARIABLES, too_deep
 from ..budget import Budget
 from .limits import Limits, get_limits
 from .realm import Realm, acquire
@@ -211,8 +211,8 @@ class EcmaScriptContext:
                 raise
         self.dump_cache = None
         if self.pending_event is not _NOTHING:
-            ev, self.pending_event = self.pending_event, _NOTHING
-            self._send_event(ev)
+            self._send_event(self.pending_event)  # one that fails stays pending: every read fails alike
+            self.pending_event = _NOTHING
         return self.call
 
     def _invoke(self, *args: Any) -> Any:
@@ -276,14 +276,20 @@ class EcmaScriptContext:
         self.call = realm.call
         dm = self.dm
         if self.vars:
-            text, special = dumps(self.vars)
+            try:
+                text, special = dumps(self.vars)
+            except (TypeError, ValueError, RecursionError) as exc:  # a position from_bytes never passed
+                raise EvaluationError(f"the stored variables could not be loaded: {type(exc).__name__}") from None
         else:
             text, special = "{}", False
         iop = dm.iop_text(self.session_id, self.ioprocessors)
         event: tuple[Any, ...] = (None, None, False)
         if not self.started and self.pending_event is not _NOTHING:  # (top-level code runs with no _event)
-            event = self._event_args(self.pending_event)
-            self.pending_event = _NOTHING
+            try:
+                event = self._event_args(self.pending_event)
+                self.pending_event = _NOTHING
+            except EvaluationError:
+                pass  # the realm starts without it; each read of _event then fails (see _runtime)
         self._check(self._invoke("begin", self.session_id, self.name, iop, text if self.vars else None, special,
                                  *event, realm.seed()), "the stored variables could not be loaded")
         if self.started:
@@ -504,7 +510,14 @@ class EcmaScriptContext:
         try:
             text, special = dumps(fields + [data])
         except (TypeError, ValueError, RecursionError):
-            text, special = dumps(fields + [plain(data)])
+            text, special = None, False
+        if text is None or (type(data) is not str and text.count("[") + text.count("{") > MAX_NESTING):
+            # JSON recurses once per level on the caller's stack: past the cap, whether the
+            # data loads would depend on how deep the host's caller happens to be
+            if too_deep(data):
+                raise EvaluationError(f"the data of event {event.name!r} nests more than {MAX_NESTING} levels deep")
+            if text is None:
+                text, special = dumps(fields + [plain(data)])
         return text, mode, special
 
     def variables(self) -> dict[str, Any]:
@@ -517,6 +530,7 @@ class EcmaScriptContext:
             return self.vars
         if self.dump_cache is not None:
             return self.dump_cache
+        r: Any = None
         try:
             if self.bad_names is not None:
                 raise SerializationError("the dump failed before in this drive")
@@ -528,7 +542,13 @@ class EcmaScriptContext:
             # The dump failed as a whole: a getter, toJSON or Proxy trap that loops (interrupted,
             # which no JS catch survives), or memory ran out. Dump the variables one at a time,
             # so only the culprits are refused (issue 10: this used to escape to the host).
+            r = None
             out, bad = self._dump_each()
+        # What nests too deep to load again from any caller's stack (MAX_NESTING) is refused
+        # now; a dump with fewer brackets than that cannot hold it.
+        if r is None or r.count("[") + r.count("{") > MAX_NESTING:
+            bad.extend((k, f"values nest more than {MAX_NESTING} levels deep") for k, v in out.items()
+                       if (type(v) is list or type(v) is dict) and too_deep(v))
         for k in SYSTEM_VARIABLES:
             out.pop(k, None)
         for name, why in bad:
