@@ -324,3 +324,15 @@ def test_direct_eval_and_sloppy_this_still_see_their_scope():
               '<log label="global" expr="Function(\'return this\')() === globalThis &amp;&amp; globalThis.n === 1"/>'
               '</onentry></state>', '<data id="n" expr="1"/>')
     assert logs(run(c)[1]) == [("eval", 6), ("this", True), ("global", True)]
+
+
+def test_a_failed_assignment_or_declaration_says_why_in_plain_words():
+    # the realm tags a failure "\x01e": the tag's letter used to lead the message ("ey is not declared")
+    c = chart('<state id="a"><onentry><assign location="y" expr="1"/></onentry>'
+              '<onentry><assign location="v.x.z" expr="1"/></onentry>'
+              '<transition event="error.execution"><log label="error" expr="_event.data.message"/></transition>'
+              '</state>', '<data id="v" expr="({})"/>')
+    _, effects = run(c)
+    messages = [v for label, v in logs(effects) if label == "error"]
+    assert messages[0] == "cannot assign to 'y': y is not declared"
+    assert messages[1].startswith("cannot assign to 'v.x.z': TypeError"), messages

@@ -48,6 +48,11 @@ def _walk_actions(block: Any) -> Any:
             yield from _walk_actions(a.actions)
 
 
+def _failure(r: Any) -> str:
+    """The message of a failed call: the realm tags it ``"\x01e"``."""
+    return r[2:] if isinstance(r, str) and r[:2] == "\x01e" else str(r)
+
+
 class EcmaScriptDatamodel:
     """The ecmascript datamodel prepared for one chart: what can be known before any drive."""
 
@@ -453,7 +458,7 @@ class EcmaScriptContext:
         r = self._invoke("assign", key, root, mode, payload, special, ids)
         self.last = _NOTHING
         if r:
-            raise EvaluationError(f"cannot assign to {location.src!r}: {r[1:]}")
+            raise EvaluationError(f"cannot assign to {location.src!r}: {_failure(r)}")
 
     def declare(self, name: str, value: Any) -> None:
         """Create (or overwrite) a global variable (``<data>``, foreach item/index)."""
@@ -468,7 +473,7 @@ class EcmaScriptContext:
         r = self._invoke("declare", name, mode, payload, special, may_be_code)
         self.last = _NOTHING
         if r:
-            raise EvaluationError(f"<data id={name!r}>: {r[1:]}")
+            raise EvaluationError(f"<data id={name!r}>: {_failure(r)}")
         if self.bad_names:
             self.bad_names.pop(name, None)  # a plain value now: read it again
 
