@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from xml.sax.saxutils import quoteattr
 
+import pytest
+
 from .helpers import CATCH, CATCH_PY, scxml
 
 
@@ -95,3 +97,37 @@ def test_a_chart_invoking_itself_at_run_time_is_bounded(hostile):
     out = hostile({"main.scxml": tenfold})
     out.assert_contained()
     assert out.error is None and out.raw["status"] == "running"
+
+
+# Times no store can hold: a delay string of 400 digits is an infinite float, and Infinity,
+# NaN or 1e300 as an instant made int() raise. Each was a bare OverflowError or ValueError
+# out of Host.send; a static one loaded and failed in the store on every drive.
+SB = 'xmlns:sb="urn:statebound"'
+
+
+@pytest.mark.parametrize("at", ["Infinity", "NaN", "1e300", "-1e300"])
+def test_an_instant_no_store_can_hold_is_error_execution(hostile, at):
+    chart = scxml(f"""<state id="a">{CATCH}<transition event="go" target="t"/></state>
+      <state id="t">{CATCH}<sb:timeout name="t" atexpr="{at}" event="late"/></state>""", attrs=SB)
+    out = hostile({"main.scxml": chart}, events=[("go", None)])
+    out.assert_error_execution("<sb:timeout atexpr> gave")
+    assert out.raw["configuration"] == ["t"]
+
+
+def test_a_delay_no_store_can_hold_is_error_execution(hostile):
+    chart = scxml(f"""<state id="a">{CATCH}<transition event="go" target="b">
+      <send event="later" delayexpr="'1' + '0'.repeat(400) + 'ms'"/></transition></state><state id="b">{CATCH}</state>""")
+    out = hostile({"main.scxml": chart}, events=[("go", None)])
+    out.assert_error_execution("<send delayexpr> gave")
+    assert out.raw["configuration"] == ["b"]
+
+
+@pytest.mark.parametrize("timer", ['<send event="later" delay="100000000000000000000d"/>',
+                                   '<send event="later" delay="1' + "0" * 400 + 'ms"/>',
+                                   '<sb:timeout name="t" after="99999999999999999999d" event="late"/>'],
+                         ids=["send 1e20 days", "send 400 digits", "timeout 1e20 days"])
+def test_a_static_delay_no_store_can_hold_is_refused_at_load(hostile, timer):
+    where = "onentry" if timer.startswith("<send") else None
+    body = f"<onentry>{timer}</onentry>" if where else timer
+    out = hostile({"main.scxml": scxml(f'<state id="a">{body}</state>', attrs=SB)})
+    out.assert_refused_at_load("(up to 2**53 ms)")

@@ -12,6 +12,7 @@ import functools
 import hashlib
 import importlib.util
 import json
+import math
 import os
 import re
 import textwrap
@@ -41,12 +42,19 @@ _EVENT_TOKEN = re.compile(r"^(\.?\*|[^\s*.]+(\.[^\s*.]+)*(\.\*|\.)?)$")
 _ID = re.compile(r"^[A-Za-z_][\w.\-:]*$")
 
 
+#: The longest delay accepted (2**53 ms, some 285,000 years): beyond it a due time is no
+#: longer an exact float or a safe integer for the stores, so it can only be a mistake.
+MAX_DELAY_MS = 2 ** 53
+
+
 def parse_duration(text: str) -> int | None:
-    """Parse an SCXML/CSS2 delay (``"5s"``, ``"100ms"``, ``"1h"``, ``"2d"``) into ms, or ``None``."""
+    """Parse an SCXML/CSS2 delay (``"5s"``, ``"100ms"``, ``"1h"``, ``"2d"``) into ms, or ``None``
+    (also past :data:`MAX_DELAY_MS`: a store could not hold the due time)."""
     m = _DURATION.match(text)
     if not m:
         return None
-    return round(float(m.group(1)) * _UNIT_MS[m.group(2)])
+    ms = float(m.group(1)) * _UNIT_MS[m.group(2)]  # (400 digits make an infinite float)
+    return round(ms) if math.isfinite(ms) and ms <= MAX_DELAY_MS else None
 
 
 def parse_instant(text: str) -> int | None:
@@ -241,7 +249,8 @@ class _Compiler:
                 self.problem(el, "<send> may have at most one <content>")
             delay = el.attrib.get("delay")
             if delay is not None and parse_duration(delay) is None:
-                self.problem(el, f"<send> delay {delay!r} is not a duration like '5s' or '100ms'")
+                self.problem(el, f"<send> delay {delay!r} is not a duration like '5s' or '100ms' "
+                                 "(up to 2**53 ms)")
             if delay is not None and el.attrib.get("target") == "#_internal":
                 self.problem(el, "<send> to #_internal may not have a delay")
             return SendAction(
@@ -606,7 +615,8 @@ class _Compiler:
         if kind == "after":
             ms = parse_duration(el.attrib.get("after", ""))
             if ms is None and kinds:  # no kind at all was reported just above
-                self.problem(el, f"<sb:timeout> after={el.attrib.get('after')!r} is not a duration like '5s'")
+                self.problem(el, f"<sb:timeout> after={el.attrib.get('after')!r} is not a duration like '5s' "
+                                 "(up to 2**53 ms)")
             spec["duration_ms"] = ms or 0
         elif kind == "at":
             at = parse_instant(el.attrib["at"])

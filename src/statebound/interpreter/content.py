@@ -11,7 +11,7 @@ from typing import Any
 
 import msgpack
 
-from ..chart.compiler import parse_duration, parse_instant
+from ..chart.compiler import MAX_DELAY_MS, parse_duration, parse_instant
 from ..chart.model import (INVOKE_SCXML_TYPES, CancelAction, DoneData, Foreach, InvokeSpec, Param, SendAction,
                            StateNode, TimeoutSpec)
 from ..datamodel.base import check_serializable
@@ -392,9 +392,10 @@ class ContentMixin:
         v = self.ctx.evaluate(spec.expr)
         if spec.kind == "afterexpr":
             return _delay_ms(v, "<sb:timeout afterexpr>"), None
-        at = int(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else \
+        at = (int(v) if v == v and -MAX_DELAY_MS <= v <= MAX_DELAY_MS else None) \
+            if isinstance(v, (int, float)) and not isinstance(v, bool) else \
             (parse_instant(v) if isinstance(v, str) else None)
-        if at is None:
+        if at is None:  # (NaN, infinity and absurd numbers too: int() of them raised bare errors)
             raise EvaluationError(f"<sb:timeout atexpr> gave {v!r}, not epoch ms or an ISO-8601 instant")
         return None, at
 
@@ -472,11 +473,6 @@ class ContentMixin:
                 self.arm_timeout(spec, delay, at, replacing=armed)
             except EvaluationError as exc:
                 self.raise_error("error.execution", str(exc))
-
-
-#: The longest delay accepted (2**53 ms, some 285,000 years): beyond it a due time is no
-#: longer an exact float or a safe integer for the stores, so it can only be a mistake.
-MAX_DELAY_MS = 2 ** 53
 
 
 def _delay_ms(value: Any, what: str) -> int:
