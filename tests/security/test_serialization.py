@@ -243,3 +243,35 @@ def test_event_data_nested_past_the_cap_is_error_execution_wherever_it_comes_fro
     out = hostile({"main.scxml": chart}, events=[("go", None), ("outside", deep)], stacks=[0, 600])
     out.assert_error_execution("data of event 'echo' nests more than 256", "data of event 'outside' nests more")
     assert out.raw["datamodel"] == {"y": 0}
+
+
+SURROGATE_SENDS = {
+    "a delayed event name": '<send eventexpr="\'\\ud800\'" delay="1s"/>',
+    "an event name": '<send eventexpr="\'a\\ud800\'"/>',
+    "delayed data": '<send event="e" delay="1s"><content expr="\'\\udfff\'"/></send>',
+}
+
+
+@pytest.mark.parametrize("name", list(SURROGATE_SENDS))
+def test_a_send_no_store_can_hold_is_error_execution_at_the_send(hostile, name):
+    chart = scxml(f"""<datamodel><data id="n" expr="0"/></datamodel><state id="a">{CATCH}
+      <transition event="go"><assign location="n" expr="1"/>{SURROGATE_SENDS[name]}</transition></state>""")
+    out = hostile({"main.scxml": chart}, events=[("go", None)])
+    out.assert_error_execution("text a store can hold")
+    assert out.raw["datamodel"] == {"n": 1}
+
+
+@pytest.mark.parametrize("name", list(SURROGATE_SENDS))
+def test_a_send_no_store_can_hold_leaves_a_sqlite_host_working(tmp_path, name):
+    # SQLite writes a timer row as UTF-8: the host call raised SerializationError there, on every
+    # attempt, so the transition could never be taken
+    chart = sb.Chart.from_scxml(scxml(f"""<datamodel><data id="n" expr="0"/></datamodel><state id="a">{CATCH}
+      <transition event="go"><assign location="n" expr="n + 1"/>{SURROGATE_SENDS[name]}</transition></state>"""),
+                                trust="untrusted", name="s")
+    logs = []
+    host = sb.Host([chart], store=sb.SQLiteStore(str(tmp_path / "s.db")), clock=sb.ManualClock(now_ms=0),
+                   on_log=lambda iid, label, value: logs.append((label, value)))
+    host.start(chart, "i")
+    host.send("i", "go")
+    assert host.get("i").datamodel["n"] == 1 and host.next_due() is None
+    assert any("text a store can hold" in str(v) for label, v in logs if label == "error"), logs

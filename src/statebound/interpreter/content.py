@@ -234,6 +234,11 @@ class ContentMixin:
             else:
                 data = None
             check_serializable(data, "send data")
+            # a store keeps a delayed (or not yet delivered) event as UTF-8: a lone surrogate
+            # failed the whole host call there, on every attempt, instead of this <send>
+            if (event is not None and not _text(event)) or (type(data) is str and not _text(data)):
+                raise EvaluationError("<send> event names and data must be text a store can hold "
+                                      "(no lone surrogates)")
         except EvaluationError as exc:
             exc.sendid = send_id  # type: ignore[attr-defined]
             raise
@@ -473,6 +478,17 @@ class ContentMixin:
                 self.arm_timeout(spec, delay, at, replacing=armed)
             except EvaluationError as exc:
                 self.raise_error("error.execution", str(exc))
+
+
+def _text(s: str) -> bool:
+    """Whether ``s`` encodes as UTF-8 (what every store writes), lone surrogates being the exception."""
+    if s.isascii():
+        return True
+    try:
+        s.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _delay_ms(value: Any, what: str) -> int:
