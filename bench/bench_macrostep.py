@@ -45,8 +45,8 @@ BASELINE = "c086498"
 
 
 class _Worker:
-    def __init__(self, src: Path) -> None:
-        self.proc = subprocess.Popen([sys.executable, str(WORKER), str(src)], stdin=subprocess.PIPE,
+    def __init__(self, src: Path, script: Path = WORKER) -> None:
+        self.proc = subprocess.Popen([sys.executable, str(script), str(src)], stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, text=True, cwd=str(HERE))
 
     def ask(self, msg: dict[str, Any]) -> dict[str, Any]:
@@ -88,7 +88,8 @@ def register(section: Any) -> None:
                     w.close()
 
 
-def _measure(ctx: Any, workers: dict[str, _Worker], cells: list[tuple[str, bool]], rev: str) -> list[dict]:
+def calibrate(ctx: Any, workers: dict[str, _Worker], cells: list[Any]) -> dict[str, dict[str, int]]:
+    """Each worker's events per sample, by cell; a worker that fails is noted and dropped."""
     sizes: dict[str, dict[str, int]] = {}
     for v, w in list(workers.items()):
         got = w.ask({"cells": cells, "target": ctx.target_s})
@@ -98,6 +99,11 @@ def _measure(ctx: Any, workers: dict[str, _Worker], cells: list[tuple[str, bool]
             del workers[v]
             continue
         sizes[v] = got["n"]
+    return sizes
+
+
+def _measure(ctx: Any, workers: dict[str, _Worker], cells: list[tuple[str, bool]], rev: str) -> list[dict]:
+    sizes = calibrate(ctx, workers, cells)
     names = [f"{wl}/{'on' if on else 'off'}" for wl, on in cells]
     rates: dict[tuple[str, str], list[float]] = {(v, c): [] for v in workers for c in names}
     for r in range(ctx.repeats):

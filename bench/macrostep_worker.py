@@ -21,6 +21,7 @@ import json
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 HERE = Path(__file__).resolve().parent
 
@@ -57,25 +58,21 @@ def _runner(sb, adapters, workload: str, static: bool):
     return run
 
 
-def main() -> int:
-    sys.path.insert(0, sys.argv[1])
-    sys.path.insert(0, str(HERE))
-    import adapters
-    import statebound as sb
-
-    runs: dict[str, object] = {}
+def serve(sb, make: Any) -> int:
+    """Answer the parent's JSON lines; ``make(sb, spec) -> (cell name, run(n))`` builds a cell."""
+    runs: dict[str, Any] = {}
     sizes: dict[str, int] = {}
     for line in sys.stdin:
         msg = json.loads(line)
         try:
             if "cells" in msg:
-                for workload, static in msg["cells"]:
-                    cell = f"{workload}/{'on' if static else 'off'}"
-                    run = runs[cell] = _runner(sb, adapters, workload, static)
+                for spec in msg["cells"]:
+                    cell, run = make(sb, spec)
+                    runs[cell] = run
                     n, dt = 64, 0.0
                     while True:  # warm-up and calibration: double n until >= 50 ms
                         t0 = time.process_time()
-                        run(n)  # type: ignore[operator]
+                        run(n)
                         dt = time.process_time() - t0
                         if dt >= 0.05 or n >= 1 << 24:
                             break
@@ -86,12 +83,24 @@ def main() -> int:
             else:
                 cell = msg["run"]
                 t0 = time.process_time()
-                runs[cell](sizes[cell])  # type: ignore[operator]
+                runs[cell](sizes[cell])
                 reply = {"cpu": time.process_time() - t0}
         except Exception as exc:  # reported, and the parent prints "-" for this version
             reply = {"error": f"{type(exc).__name__}: {exc}"}
         print(json.dumps(reply), flush=True)
     return 0
+
+
+def main() -> int:
+    sys.path.insert(0, sys.argv[1])
+    sys.path.insert(0, str(HERE))
+    import adapters
+    import statebound as sb
+
+    def make(sb: Any, spec: list[Any]) -> tuple[str, Any]:
+        workload, static = spec
+        return f"{workload}/{'on' if static else 'off'}", _runner(sb, adapters, workload, static)
+    return serve(sb, make)
 
 
 if __name__ == "__main__":

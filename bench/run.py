@@ -305,6 +305,7 @@ __import__("bench_batch").register(section)  # section batch: group commit (benc
 __import__("bench_outbox").register(section)  # section outbox (bench/bench_outbox.py)
 __import__("bench_dynamo").register(section)  # section dynamodb, on moto (bench/bench_dynamo.py)
 __import__("bench_ecma").register(section)  # section ecmascript (bench/bench_ecma.py)
+__import__("bench_pyloops").register(section)  # section pyloops (bench/bench_pyloops.py)
 __import__("bench_macrostep").register(section)  # section macrostep, now vs today (bench/bench_macrostep.py)
 __import__("bench_import").register(section)  # section import: cold-start cost (bench/bench_import.py)
 
