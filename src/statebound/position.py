@@ -468,6 +468,30 @@ def _build(chart: Chart, f: list[Any], cbor: bool) -> Position:
                      _opt_str(f[12], "parent"), _opt_str(f[13], "invokeid"))
 
 
+def _could_leave(nodes: Any, owner: StateNode, rec: Any, deep: bool) -> bool:
+    """Whether ``rec`` (checked to be ``owner``'s children, or atomic descendants when ``deep``)
+    is what a history of ``owner`` records on leaving a legal configuration: restoring two
+    siblings of a compound state would drive the session into an illegal one."""
+    if not rec or len(set(rec)) != len(rec):
+        return False
+    if not deep:
+        return set(rec) == set(owner.children) if owner.kind == "parallel" else len(rec) == 1
+    inside = set(rec)
+    for r in rec:
+        for a in nodes[r].ancestors:
+            if a == owner.index:
+                break
+            inside.add(a)
+    for s in (*inside, owner.index):
+        node = nodes[s]
+        active = sum(1 for c in node.children if c in inside)
+        if node.kind == "parallel" and active != len(node.children):
+            return False
+        if node.kind == "compound" and active != 1:
+            return False
+    return True
+
+
 def _assemble(chart: Chart, session_id: str, status: str, states_in: Any, data: bytes, counters: list[int],
               history_in: Any, timeouts_in: Any, invocations_in: Any, initialized_in: Any,
               parent: str | None, invokeid: str | None) -> Position:
@@ -528,6 +552,9 @@ def _assemble(chart: Chart, session_id: str, status: str, states_in: Any, data: 
             rn = nodes[r]
             if (deep and not rn.is_atomic) or (not deep and rn.parent != owner.index) or rn.kind == "history":
                 raise bad(f"{hnode.history_type} history {hnode.id!r} cannot record {rn.id!r}")
+        if not _could_leave(nodes, owner, rec, deep):
+            raise bad(f"{hnode.history_type} history {hnode.id!r} records {[nodes[r].id for r in rec][:20]}, "
+                      f"which {owner.id!r} cannot have been in when it was left")
         history.append((h, tuple(rec)))
 
     # -- armed timeouts: exiting a state cancels its timeouts, so the state is active

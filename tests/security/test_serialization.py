@@ -275,3 +275,49 @@ def test_a_send_no_store_can_hold_leaves_a_sqlite_host_working(tmp_path, name):
     host.send("i", "go")
     assert host.get("i").datamodel["n"] == 1 and host.next_due() is None
     assert any("text a store can hold" in str(v) for label, v in logs if label == "error"), logs
+
+
+HISTORY = scxml("""<state id="p" initial="x">
+    <history id="h" type="shallow"><transition target="x"/></history>
+    <history id="hd" type="deep"><transition target="x"/></history>
+    <state id="x"><transition event="next" target="y"/></state>
+    <parallel id="y"><history id="hp" type="shallow"><transition target="r1"/></history>
+      <state id="r1" initial="a1"><state id="a1"><transition event="next" target="b1"/></state><state id="b1"/></state>
+      <state id="r2"><state id="a2"/></state></parallel>
+    <transition event="out" target="q"/></state>
+  <state id="q"><transition event="back" target="h"/><transition event="deep" target="hd"/>
+    <transition event="par" target="hp"/></state>""")
+
+
+def test_from_bytes_refuses_a_history_no_legal_exit_records():
+    # {p: [x, y]} loaded, and restoring it drove the session into x and y at once: a position
+    # the host committed, and that from_bytes then refused on every later load
+    chart = sb.Chart.from_scxml(HISTORY)
+    it = sb.Interpreter(chart)
+    pos = it.drive(it.start()[0], "out")[0]
+    idx = {s.id: s.index for s in chart.states}
+    blob = pos.to_bytes("cbor")
+    forgeries = {"two siblings, shallow": [[idx["h"], [idx["x"], idx["y"]]]],
+                 "two siblings, deep": [[idx["hd"], [idx["x"], idx["a1"], idx["a2"]]]],
+                 "a region missing, deep": [[idx["hd"], [idx["a1"]]]],
+                 "twice the same": [[idx["h"], [idx["x"], idx["x"]]]],
+                 "nothing": [[idx["h"], []]],
+                 "one region of a parallel": [[idx["hp"], [idx["r1"]]]]}
+    for name, hist in forgeries.items():
+        forged = _refield(blob, chart, lambda f, h=hist: f.__setitem__(8, h))
+        with pytest.raises(sb.CorruptPosition, match="cannot have been in"):
+            sb.Position.from_bytes(forged, chart)
+            pytest.fail(f"{name}: loaded")
+
+
+def test_every_history_a_drive_records_loads_again():
+    chart = sb.Chart.from_scxml(HISTORY)
+    it = sb.Interpreter(chart)
+    pos = it.start()[0]
+    seen = set()
+    for event in ["out", "back", "next", "next", "out", "deep", "out", "par", "out", "back", "out", "deep"]:
+        pos = it.drive(pos, event)[0]
+        again = sb.Position.from_bytes(pos.to_bytes(), chart)
+        assert again.history == pos.history and again.configuration == pos.configuration
+        seen.update(h for h, _ in pos.history)
+    assert {chart.states[h].id for h in seen} == {"h", "hd", "hp"}
