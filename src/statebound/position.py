@@ -560,6 +560,7 @@ def _assemble(chart: Chart, session_id: str, status: str, states_in: Any, data: 
     # -- armed timeouts: exiting a state cancels its timeouts, so the state is active
     ordinal = counters[2]
     timeouts = []
+    armed: set[tuple[int, str]] = set()
     for t in _seq(timeouts_in, "timeouts") if timeouts_in else _EMPTY:
         if type(t) not in (list, tuple) or not 3 <= len(t) <= 5:
             raise bad("a timeout entry is [state, name, ordinal, send_id?, at_ms?]")
@@ -578,10 +579,15 @@ def _assemble(chart: Chart, session_id: str, status: str, states_in: Any, data: 
             raise bad("timeout send_id must be a string")
         if at_ms is not None and (type(at_ms) is not int or not _MIN_MS <= at_ms <= _MAX_MS):
             raise bad("timeout at_ms must be a 64-bit integer")
+        if (st, name) in armed:
+            raise bad(f"timeout {name!r} of state {nodes[st].id!r} is armed twice")
+        armed.add((st, name))
         timeouts.append(ArmedTimeout(st, name, tord, send_id, at_ms))
 
     # -- invocations: owned by an active state, pointing at one of its <invoke>s
     invocations = []
+    running_ids: set[str] = set()
+    invoked: set[tuple[int, int]] = set()
     for inv in _seq(invocations_in, "invocations") if invocations_in else _EMPTY:
         if type(inv) not in (list, tuple) or len(inv) != 4:
             raise bad("an invocation entry is [invokeid, state, index, autoforward]")
@@ -594,6 +600,10 @@ def _assemble(chart: Chart, session_id: str, status: str, states_in: Any, data: 
             raise bad(f"invocation {_short(iid)}: state {nodes[st].id!r} has no invoke #{_short(k)}")
         if type(af) is not bool:
             raise bad("autoforward must be a boolean")
+        if iid in running_ids or (st, k) in invoked:
+            raise bad(f"invocation {_short(iid)} (state {nodes[st].id!r}, invoke #{k}) is recorded twice")
+        running_ids.add(iid)
+        invoked.add((st, k))
         invocations.append(Invocation(iid, st, k, af))
 
     prev = -1

@@ -321,3 +321,20 @@ def test_every_history_a_drive_records_loads_again():
         assert again.history == pos.history and again.configuration == pos.configuration
         seen.update(h for h, _ in pos.history)
     assert {chart.states[h].id for h in seen} == {"h", "hd", "hp"}
+
+
+def test_from_bytes_refuses_an_invocation_or_timeout_recorded_twice():
+    # they loaded, and leaving the state cancelled the child (or the timer) once per copy:
+    # a CancelInvoke for an id the host never started
+    chart = sb.Chart.from_scxml(scxml("""<state id="a"><sb:timeout name="t" after="5s" event="late"/>
+      <invoke id="kid" type="scxml"><content><scxml xmlns="http://www.w3.org/2005/07/scxml" version="1.0"
+        datamodel="ecmascript"><state id="s"/></scxml></content></invoke>
+      <transition event="go" target="b"/></state><state id="b"/>""", attrs='xmlns:sb="urn:statebound"'))
+    blob = sb.Interpreter(chart).start()[0].to_bytes("cbor")
+    for field, twice, why in [(10, lambda inv: inv * 2, "recorded twice"),
+                              (10, lambda inv: inv + [["other", *inv[0][1:]]], "recorded twice"),
+                              (9, lambda t: t * 2, "armed twice")]:
+        forged = _refield(blob, chart, lambda f, k=field, g=twice: f.__setitem__(k, g(f[k])))
+        with pytest.raises(sb.CorruptPosition, match=why):
+            sb.Position.from_bytes(forged, chart)
+    assert sb.Position.from_bytes(blob, chart).invocations
