@@ -338,3 +338,17 @@ def test_from_bytes_refuses_an_invocation_or_timeout_recorded_twice():
         with pytest.raises(sb.CorruptPosition, match=why):
             sb.Position.from_bytes(forged, chart)
     assert sb.Position.from_bytes(blob, chart).invocations
+
+
+def test_params_that_do_not_fit_the_child_are_error_execution_in_the_parent(hostile):
+    # the child's start refused its data with a SerializationError, which escaped the host call:
+    # the parent's transition could never be taken
+    child = ('<scxml xmlns="http://www.w3.org/2005/07/scxml" version="1.0" datamodel="ecmascript">'
+             '<datamodel><data id="p" expr="0"/></datamodel><state id="s"/></scxml>')
+    chart = scxml(f"""<datamodel><data id="n" expr="0"/></datamodel>
+      <state id="a">{CATCH}<transition event="go" target="b"><assign location="n" expr="1"/></transition></state>
+      <state id="b">{CATCH}<invoke type="scxml"><param name="p" expr="(function () {{ var v = [];
+        for (var i = 0; i &lt; 300; i++) v = [v]; return v; }})()"/><content>{child}</content></invoke></state>""")
+    out = hostile({"main.scxml": chart}, events=[("go", None)])
+    out.assert_error_execution("start data does not fit the ecmascript datamodel: values nest more than 256")
+    assert out.raw["configuration"] == ["b"] and out.raw["datamodel"] == {"n": 1}

@@ -41,8 +41,8 @@ from ..effects import (Autoforward, BudgetExhausted, Cancel, CancelInvoke, Done,
                        SendDelayed)
 from ..events import BASICHTTP_PROCESSOR, SCXML_PROCESSOR, Event
 from ..exceptions import (BudgetExceeded, ChartError, ConflictError, IdempotencyKeyReused, InstanceExists,
-                          InstanceNotFound, InstanceSuspended, InvalidBatchItem, InvalidEvent, NotRunning, PositionError,
-                          StateboundError, UnknownChart)
+                          InstanceNotFound, InstanceSuspended, InvalidBatchItem, InvalidEvent, NotRunning,
+                          PositionError, SerializationError, StateboundError, UnknownChart)
 from ..interpreter import Interpreter, Position
 from ..interpreter.state import RUNNING, make_position
 from ..position import read_header
@@ -1078,7 +1078,9 @@ class Host:
         cid = child_instance_id(iid, eff.invokeid)
         try:
             self._start_instance(u, cid, chart, eff.data, iid, eff.invokeid, ctx)
-        except BudgetExceeded as exc:  # the child did not settle, or the call's budget ran out
+        except (BudgetExceeded, SerializationError) as exc:
+            # the child did not settle, the call's budget ran out, or the parent's <param>s do
+            # not fit the child's datamodel (bytes, or values nested too deep for ecmascript)
             u.entries.pop(cid, None)
             u.queue.append((iid, Event("error.execution", {"message": f"invoke {eff.invokeid!r}: {exc}"},
                                        "platform"), ctx))
