@@ -1,14 +1,21 @@
 """Measure what the example costs, and price it: ``python costs.py [--update-readme]``.
 
-Runs the order chart through the three handlers on moto (in process, no AWS account), counts
+Runs the order chart through the handlers on moto (in process, no AWS account), counts
 every DynamoDB request with botocore hooks on the functions' client (and the SQS requests
-the outbox makes), and works out the
+the outbox and the wake-ups make), and works out the
 capacity units each request is billed from the items it reads and writes, in the table
 and in the due index (writes: 1 unit per KB per item, twice that inside a transaction,
 plus the index entries that appear, change or disappear; reads: 1 unit per 4 KB strongly
 consistent, half that eventually consistent). It then prices the units and requests with
 the list prices in ``PRICES``, and prints the cost table of the README (``--update-readme``
 rewrites it there; ``tests/aws_lambda/test_costs.py`` fails when the two differ).
+
+Both ways of firing timers are measured: the template's, where each commit arming a timer
+sends an SQS wake-up (``WAKEUP_QUEUE_URL``), ``wake.py`` fires it and ``sweeper.py`` is a
+fallback every ``FALLBACK_MINUTES``; and polling, where ``sweeper.py`` sweeps around the
+clock. moto's SQS delays run on the wall clock, so the wake-ups are sent to moto (and
+counted) and their bodies, recorded as they are sent, are handed to ``wake.py`` as the
+event source mapping would, one per invocation, when the manual clock reaches their time.
 
 Needs the test extra (moto). The numbers are the example's as committed: re-run it when
 the chart, the store or the sweeper changes.
@@ -18,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import io
+import json
 import math
 import os
 import re
@@ -37,6 +45,8 @@ TABLE = "statebound-costs"
 START_MS = 1_796_108_400_000
 FIRES = 100                # timers fired in the measured sweep
 MINUTES_PER_MONTH = 730 * 60
+SHARDS = 16                # the template's DueShards
+FALLBACK_MINUTES = 5       # the template's FallbackMinutes
 
 #: On-demand list prices, us-east-1, as published by AWS in 2025 (USD).
 PRICES = {
@@ -212,13 +222,34 @@ class Measurements:
     sqs_event: Usage = field(default_factory=Usage)
     sqs_redelivered: Usage = field(default_factory=Usage)
     confirmations_sent: float = 0.0    # SQS SendMessage calls per completing event
+    wake: WakeMeasurements | None = None
 
 
-def measure(idle_seconds: int = 60, fires: int = FIRES) -> Measurements:
+@dataclass
+class WakeMeasurements:
+    """Usage of the wake-up mode (the template's): DynamoDB usage, and SQS requests and
+    wake-function invocations counted per operation."""
+
+    shards: int
+    fallback_minutes: int
+    event_arming: Usage                   # the arming event, wake-up sent after its commit
+    arming_sends: float                   # SendMessageBatch per arming event
+    fallback_idle: Usage                  # one fallback run, nothing due and nothing to arm
+    fire_arming: Usage = field(default_factory=Usage)   # a woken fire arming GraceExpired (1 day out)
+    fire_plain: Usage = field(default_factory=Usage)    # a woken fire arming nothing
+    messages_per_fire: float = 0.0        # wake-up messages (one invocation each) per fire
+    long_arming: Usage = field(default_factory=Usage)   # the fallback arming one far-out timer
+    long_sends: float = 0.0               # SendMessageBatch per far-out timer the fallback arms
+
+
+def measure(idle_seconds: int = 60, fires: int = FIRES, *, shards: int = SHARDS,
+            fallback_minutes: int = FALLBACK_MINUTES) -> Measurements:
     """Run the scenarios on moto and measure them.
 
-    :param idle_seconds: how long to run the idle sweeper (0: skip it).
-    :param fires: timers per measured sweep (0: skip the fires).
+    :param idle_seconds: how long to run the idle polling sweeper (0: skip it).
+    :param fires: timers per measured sweep, and per measured batch of wake-ups (0: skip the fires).
+    :param shards: due-index shards (``DUE_SHARDS``).
+    :param fallback_minutes: the fallback's period in wake-up mode (``FALLBACK_MINUTES``).
     """
     import boto3
     import moto
@@ -226,9 +257,11 @@ def measure(idle_seconds: int = 60, fires: int = FIRES) -> Measurements:
     for name, value in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
                         "AWS_DEFAULT_REGION": "us-east-1", "TABLE_NAME": TABLE, "SWEEP_LEASES": "1",
                         "SWEEP_JITTER": "0", "SWEEP_INTERVAL_S": "1.0", "SWEEP_MARGIN_MS": "5000",
-                        "POWERTOOLS_METRICS_DISABLED": "true", "POWERTOOLS_LOG_LEVEL": "ERROR"}.items():
+                        "POWERTOOLS_METRICS_DISABLED": "true", "POWERTOOLS_LOG_LEVEL": "ERROR",
+                        "DUE_SHARDS": str(shards), "FALLBACK_MINUTES": str(fallback_minutes)}.items():
         os.environ[name] = value
-    os.environ.pop("DONE_TTL_S", None)
+    for name in ("DONE_TTL_S", "WAKEUP_QUEUE_URL"):
+        os.environ.pop(name, None)
     sys.path.insert(0, str(HERE))
     import statebound as sb
     from statebound.dynamodb import DynamoStore
@@ -320,9 +353,115 @@ def measure(idle_seconds: int = 60, fires: int = FIRES) -> Measurements:
             with meter.measure() as idle_minute:
                 sweep(idle_seconds)
             idle_minute = idle_minute.per(idle_seconds / 60)
+        wake = _measure_wake(app, handler, sweeper, client, meter, sqs, charts, clock, fires, shards,
+                             fallback_minutes)
         app.configure(None)
     return Measurements(plain, arming, completing, start, fires_arming, fires_plain, idle_minute,
-                        repeated, sqs_event.per(10), sqs_again.per(10), confirmations)
+                        repeated, sqs_event.per(10), sqs_again.per(10), confirmations, wake)
+
+
+def _measure_wake(app: Any, handler: Any, sweeper: Any, client: Any, meter: Meter, sqs: Any, charts: Path,
+                  clock: Any, fires: int, shards: int, fallback_minutes: int) -> WakeMeasurements:
+    """The wake-up mode, on a host built as the template builds it (``WAKEUP_QUEUE_URL`` set)."""
+    import wake
+
+    if fires >= min(60 * fallback_minutes, 600):
+        raise SystemExit("--fires must be under 600 and 60 x --fallback-minutes: the measured timers, a second "
+                         "apart, must all be armed before the first is due, and enter one fallback run's window")
+    queue = sqs.create_queue(QueueName="wakeups")["QueueUrl"]
+    os.environ.pop("SWEEP_LEASES", None)   # the template's fallback runs alone (reserved concurrency 1)
+    os.environ["WAKEUP_QUEUE_URL"] = queue
+    try:
+        host = app.build_host(client=client, clock=clock, charts_dir=charts, sqs_client=sqs)
+    finally:
+        del os.environ["WAKEUP_QUEUE_URL"]
+    app.configure(host)
+    sent: list[tuple[int, str]] = []     # (visible at, body) of each wake-up, as sent
+    batches: list[int] = []              # SendMessageBatch requests that reached moto
+
+    def record(params: dict[str, Any], **kw: Any) -> None:
+        if params.get("QueueUrl") == queue:
+            sent.extend((clock.now_ms() + e["DelaySeconds"] * 1000, e["MessageBody"]) for e in params["Entries"])
+
+    events = host.wakeup.client.meta.events   # type: ignore[union-attr]
+    events.register("before-parameter-build.sqs.SendMessageBatch", record)
+    events.register("after-call.sqs.SendMessageBatch", lambda **kw: batches.append(1))
+
+    def call(method: str, path: str, body: str) -> None:
+        status = handler.handle(_http(method, path, body), _ClockContext(clock, 10_000))["statusCode"]
+        assert status < 300, (method, path, status)
+
+    def fallback() -> Usage:
+        with meter.measure() as used:
+            result = sweeper.handle({}, _ClockContext(clock, 60_000))
+        assert result["failed"] == 0, result
+        return used
+
+    def deliver() -> tuple[Usage, int]:
+        """Hand each recorded wake-up to wake.py when it becomes visible. Timers due in
+        different seconds arrive alone (the mapping has no batching window): one message
+        per invocation."""
+        messages = sorted(sent)
+        sent.clear()
+        with meter.measure() as used:
+            for n, (visible, body) in enumerate(messages):
+                clock.set(max(clock.now_ms(), visible))
+                event = {"Records": [{"messageId": f"w-{n}", "body": body, "eventSource": "aws:sqs"}]}
+                assert wake.handle(event, _ClockContext(clock, 30_000)) == {"batchItemFailures": []}
+        return used, len(messages)
+
+    call("POST", "/instances/w-0", '{"chart": "order", "data": {"payment_timeout": "1m"}}')
+    with meter.measure() as arming:
+        call("POST", "/instances/w-0/events", '{"event": "StartPayment"}')
+    arming_sends = float(len(batches))
+    deliver()   # fires it; its next timer is a day out
+    # The fallback runs in a warm environment, as a 5-minute schedule mostly does; its period
+    # is longer than the store's fallback_ms, so every run reads every shard anyway.
+    fallback()
+    clock.advance(fallback_minutes * 60_000)
+    idle = fallback()
+    if sent:
+        raise SystemExit(f"the idle fallback sent {len(sent)} wake-ups")
+    out = WakeMeasurements(shards, fallback_minutes, arming, arming_sends, idle)
+    if not fires:
+        return out
+    clock.advance(fallback_minutes * 60_000)
+    first = clock.now_ms()
+    for i in range(fires):   # requests a second apart: timers due in different seconds
+        call("POST", f"/instances/wf-{i}", '{"chart": "order", "data": {"payment_timeout": "10m"}}')
+        call("POST", f"/instances/wf-{i}/events", '{"event": "StartPayment"}')
+        clock.advance(1_000)
+    fired = host.metrics.get("fired", 0)
+    used, messages = deliver()   # each fire arms GraceExpired, a day out: no wake-up for it yet
+    if host.metrics.get("fired", 0) - fired != fires:
+        raise SystemExit(f"wake-ups fired {host.metrics.get('fired', 0) - fired} of {fires} timers")
+    out.fire_arming = used.per(fires)
+    out.messages_per_fire = messages / fires
+    # A day later the fallback arms the GraceExpired timers as they come within the queue's
+    # 15 minutes, and their wake-ups fire them. The run that arms them, less an idle run,
+    # is what a long timer adds to the fallback.
+    last_grace = first + 600_000 + (fires - 1) * 1_000 + 24 * 3600_000
+    clock.set(last_grace - 15 * 60_000 - fallback_minutes * 60_000)
+    fallback()   # the run before: they are beyond its window
+    clock.advance(fallback_minutes * 60_000)
+    sends = len(batches)
+    with_rows = fallback()
+    armed = sum(len(json.loads(body)["rows"]) for _, body in sent)
+    if armed != fires or len(sent) != fires:
+        raise SystemExit(f"the fallback armed {armed} of {fires} long timers, in {len(sent)} messages")
+    out.long_sends = (len(batches) - sends) / fires
+    out.long_arming = with_rows.minus(idle).per(fires)
+    fired = host.metrics.get("fired", 0)
+    used, _ = deliver()
+    if host.metrics.get("fired", 0) - fired != fires:
+        raise SystemExit(f"wake-ups fired {host.metrics.get('fired', 0) - fired} of {fires} long timers")
+    out.fire_plain = used.per(fires)
+    return out
+
+
+def _usd(x: float) -> str:
+    """Dollars, to the cent, or to a tenth of a cent under ten cents."""
+    return f"{x:.2f}" if x >= 0.1 else f"{x:.3f}"
 
 
 def _requests(u: Usage, digits: int = 2) -> str:
@@ -339,6 +478,9 @@ def _requests(u: Usage, digits: int = 2) -> str:
 #: and a tenth of an invocation. A redelivery is the receive, the delete and the invocation.
 SQS_EVENT = {"sqs": 1.2, "lambda": 0.1}
 SQS_REDELIVERY = {"sqs": 0.2, "lambda": 0.1}
+#: SQS requests per wake-up message delivered to the wake function: the poller's
+#: ReceiveMessage and DeleteMessageBatch (its empty long polls are the idle cost, not counted).
+SQS_WAKE_DELIVERY = 2
 
 
 def render(m: Measurements) -> str:
@@ -355,14 +497,31 @@ def render(m: Measurements) -> str:
             ("repeated event (same `Idempotency-Key`)", m.event_repeated, http, None),
             ("event over SQS (`SqsEventsFunction`)", m.sqs_event, over_sqs(SQS_EVENT), None),
             ("SQS delivering an applied event again", m.sqs_redelivered, over_sqs(SQS_REDELIVERY), None),
-            ("timer fire (arms nothing)", m.fire_plain, 0.0, None),
-            ("timer fire that arms the next timer", m.fire_arming, 0.0, None)]
+            ("polling: timer fire (arms nothing)", m.fire_plain, 0.0, None),
+            ("polling: timer fire that arms the next timer", m.fire_arming, 0.0, None)]
     if m.fire_plain.requests:
         # the arming event's extra over a plain one, plus the fire: what a timer adds
         timer = m.event_arming.minus(m.event_plain)
         timer = Usage(Counter(), timer.wru + m.fire_plain.wru, timer.rru + m.fire_plain.rru)
-        rows.append(("**a timer**, armed by an event and fired", timer, 0.0,
+        rows.append(("polling: **a timer**, armed by an event and fired", timer, 0.0,
                      "the arming event's TransactWriteItems in place of a PutItem, and the fire"))
+    w = m.wake
+    if w is not None:
+        send = PRICES["sqs_request"]
+        arm_wake = w.arming_sends * send
+        delivery = w.messages_per_fire * (SQS_WAKE_DELIVERY * send + PRICES["lambda_request"])
+        rows.append(("wake-ups: event arming a timer, and its wake-up", w.event_arming,
+                     http + arm_wake, None))
+        if w.fire_plain.requests:
+            rows.append(("wake-ups: timer fire (`WakeFunction`, arms nothing)", w.fire_plain, delivery, None))
+            rows.append(("wake-ups: timer fire that arms the next timer", w.fire_arming, delivery, None))
+            rows.append(("wake-ups: a timer due beyond 15 minutes gets its wake-up from the fallback", w.long_arming,
+                         w.long_sends * send, None if w.long_arming.requests else
+                         "none of its own: the fallback's shard reads return it"))
+            extra = w.event_arming.minus(m.event_plain)
+            timer = Usage(Counter(), extra.wru + w.fire_plain.wru, extra.rru + w.fire_plain.rru)
+            rows.append(("wake-ups: **a timer**, armed by an event and fired", timer, arm_wake + delivery,
+                         "as above, plus its wake-up and the fire by wake-up"))
     lines = ["| per million | DynamoDB requests, each | WRU each | RRU each | DynamoDB | other requests | total |",
              "|---|---|---:|---:|---:|---:|---:|"]
     for name, u, other, what in rows:
@@ -376,17 +535,37 @@ def render(m: Measurements) -> str:
                   "invocations (the producer's SendMessage, and a tenth of the poller's ReceiveMessage, "
                   "DeleteMessageBatch and invocation, with full batches of ten), a redelivery "
                   f"{SQS_REDELIVERY['sqs']:g} and {SQS_REDELIVERY['lambda']:g}."]
+    if w is not None:
+        lines += ["", "Wake-ups (the template's mode): an event arming a timer due within 15 minutes also sends "
+                      f"{w.arming_sends:g} SQS SendMessageBatch (the wake-up)."]
+        if w.fire_plain.requests:
+            lines[-1] += (f" A fire by wake-up is {w.messages_per_fire:g} message, each {SQS_WAKE_DELIVERY:g} "
+                          "SQS requests (the poller's ReceiveMessage and DeleteMessageBatch) and one invocation: "
+                          "timers due in different seconds arrive alone (under load, batches of up to ten divide "
+                          "that share). The fallback sends the wake-ups of timers due further out, "
+                          f"{w.long_sends:g} SendMessageBatch each (ten messages a request). Polling rows "
+                          "(no `WAKEUP_QUEUE_URL`) have no other requests: the sweeper runs around the clock.")
+    from telemetry import SweepMetrics   # costs.py runs beside the functions' modules
+    emf = len(SweepMetrics.COUNTS) + 2   # the counts, Sweeps and TimerLag
+    emf_usd = emf * PRICES["custom_metric_month"]
+    if w is not None:
+        runs = MINUTES_PER_MONTH / w.fallback_minutes
+        f = w.fallback_idle
+        lines += ["", f"**Idle, with wake-ups** (the template), nothing runs but the fallback: every "
+                      f"{w.fallback_minutes} minutes (`FALLBACK_MINUTES`), {runs:,.0f} runs a month, each "
+                      f"{sum(f.requests.values()):g} requests ({_requests(f, 0)}) and {f.rru:g} RRU over "
+                      f"{w.shards} shards: **${_usd(f.dynamodb_usd * runs)} a month** in DynamoDB, "
+                      f"${runs * PRICES['lambda_request']:.4f} in invocations. "
+                      f"Its EMF metrics are {emf} custom metrics, ${emf_usd:.2f} a month."]
     idle = m.idle_minute
     if not idle.requests:
         return "\n".join(lines)
     monthly = idle.dynamodb_usd * MINUTES_PER_MONTH
-    from telemetry import SweepMetrics   # costs.py runs beside the functions' modules
-    emf = len(SweepMetrics.COUNTS) + 2   # the counts, Sweeps and TimerLag
-    lines += ["", f"The sweeper also costs **${monthly:.2f} a month** in DynamoDB when nothing is due: "
-                  f"{sum(idle.requests.values()):.0f} requests a minute ({_requests(idle, 0)}), "
+    lines += ["", f"**Idle, polling** (no `WAKEUP_QUEUE_URL`), the sweeper costs **${monthly:.2f} a month** "
+                  f"in DynamoDB: {sum(idle.requests.values()):.0f} requests a minute ({_requests(idle, 0)}), "
                   f"{idle.wru:.1f} WRU and {idle.rru:.1f} RRU, at one sweep a second "
-                  f"(`SWEEP_INTERVAL_S=1`, `SWEEP_LEASES=1`, 16 shards). Its EMF metrics are {emf} custom metrics, "
-                  f"${emf * PRICES['custom_metric_month']:.2f} a month."]
+                  f"(`SWEEP_INTERVAL_S=1`, `SWEEP_LEASES=1`, {w.shards if w else SHARDS} shards), plus a function "
+                  f"running around the clock. Its EMF metrics are {emf} custom metrics, ${emf_usd:.2f} a month."]
     return "\n".join(lines)
 
 
@@ -407,10 +586,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--update-readme", action="store_true", help="rewrite the table in README.md")
     p.add_argument("--idle-seconds", type=int, default=60, help="run the idle sweeper this long (0: skip)")
     p.add_argument("--fires", type=int, default=FIRES, help="timers per measured sweep (0: skip the fires)")
+    p.add_argument("--shards", type=int, default=SHARDS, help="due-index shards (DUE_SHARDS)")
+    p.add_argument("--fallback-minutes", type=int, default=FALLBACK_MINUTES,
+                   help="the fallback's period with wake-ups (FALLBACK_MINUTES)")
     args = p.parse_args(argv)
-    if args.update_readme and (args.idle_seconds != 60 or args.fires != FIRES):
-        p.error("--update-readme measures everything: leave --idle-seconds and --fires alone")
-    table = render(measure(args.idle_seconds, args.fires))
+    if args.update_readme and (args.idle_seconds != 60 or args.fires != FIRES or args.shards != SHARDS
+                               or args.fallback_minutes != FALLBACK_MINUTES):
+        p.error("--update-readme measures the template's settings: leave the other options alone")
+    if args.shards < 1 or args.fallback_minutes < 1:
+        p.error("--shards and --fallback-minutes must be at least 1")
+    table = render(measure(args.idle_seconds, args.fires, shards=args.shards,
+                           fallback_minutes=args.fallback_minutes))
     print(table)
     if args.update_readme:
         readme_table()
