@@ -235,19 +235,19 @@ class GroupCommit:
                 for job, *_ in group:
                     job.failed(exc)
                 return
-            h.metrics["group_commits"] = h.metrics.get("group_commits", 0) + 1
+            h.metrics.add("group_commits")
         deliver: list[TimerRow] = []
         for (job, u, result, commit), err in zip(group, outcomes, strict=True):
             if err is None:
                 if not commit.empty:
-                    h.metrics["commits"] += 1
+                    h.metrics.add("commits")
                     h._wake((r.key, r.ready_at_ms) for r in commit.timers_put
                             if r.state == PENDING and r.key not in u.deliver)   # as Host._run does
                 if u.deliver:
                     deliver.extend(r for r in commit.timers_put if r.key in u.deliver)
                 job.done(result)
             elif isinstance(err, ConflictError):
-                h.metrics["conflicts"] += 1
+                h.metrics.add("conflicts")
                 job.alone()             # reload and retry on its own, as a single call would
             else:
                 job.failed(err)

@@ -48,6 +48,7 @@ from ..interpreter.state import RUNNING, make_position
 from ..position import read_header
 from .batch import FireJob, GroupCommit, SendJob, SendResult
 from .clock import Clock, SystemClock
+from .counters import Counters
 from . import migration
 from . import history as history_mod
 from .idempotency import check_key, event_fingerprint, find_key, remember_key, start_fingerprint
@@ -196,7 +197,8 @@ class Host:
         self._revisions: dict[str, dict[str, Chart]] = {}
         self._interpreters: dict[str, Interpreter] = {}   # by chart identity
         #: counters a user can read: commits, conflicts, fired, discarded, stale, failed...
-        self.metrics: dict[str, int] = {"commits": 0, "conflicts": 0, "drives": 0, "budget_exhausted": 0}
+        #: (a dict; the host's threads add to it atomically, see ``counters.py``)
+        self.metrics = Counters({"commits": 0, "conflicts": 0, "drives": 0, "budget_exhausted": 0})
         for c in charts:
             self.register(c)
 
@@ -412,7 +414,7 @@ class Host:
             return False
         if seen.fingerprint != fingerprint:
             raise IdempotencyKeyReused(instance_id, key, what)
-        self.metrics["duplicates"] = self.metrics.get("duplicates", 0) + 1
+        self.metrics.add("duplicates")
         return True
 
     def complete_invoke(self, instance_id: str, invokeid: str, data: Any = None, *, token: str | None = None,
@@ -703,7 +705,7 @@ class Host:
                     ", parked as dead" if dead else "", error)
 
     def _count(self, outcome: str) -> None:
-        self.metrics[outcome] = self.metrics.get(outcome, 0) + 1
+        self.metrics.add(outcome)
 
     # ------------------------------------------------------------------ the unit of work
     def _run(self, fn: Any, *, creating: str | None = None, completion: Any = None,
@@ -720,9 +722,9 @@ class Host:
             try:
                 if not commit.empty:
                     self.store.commit(commit)
-                    self.metrics["commits"] += 1
+                    self.metrics.add("commits")
             except ConflictError as exc:
-                self.metrics["conflicts"] += 1
+                self.metrics.add("conflicts")
                 last = exc
                 if creating is not None and exc.instance_id == creating and not retry_create:
                     raise InstanceExists(creating) from None
@@ -868,7 +870,7 @@ class Host:
                                     only_declared=parent is not None, invokers=seed.invokers,
                                     budget=u.budget)
         e.position, e.dirty = pos, True
-        self.metrics["drives"] += 1
+        self.metrics.add("drives")
         self._apply(u, instance_id, effects, caller_context)
 
     def _drain(self, u: _Unit) -> None:
@@ -888,7 +890,7 @@ class Host:
                 e.steps.append({"event": ev.to_dict()} if ctx is None else {"event": ev.to_dict(), "context": ctx})
             interp = self._interpreters[e.position.chart.identity]
             pos, effects = interp.drive(e.position, ev, caller_context=ctx, budget=u.budget)
-            self.metrics["drives"] += 1
+            self.metrics.add("drives")
             if u.deliveries + u.starts > 1 and pos is e.position and _out_of_budget(effects):
                 # Earlier drives of this call spent the budget: this event is not to blame,
                 # so it waits (as a row due now) for a call with a budget of its own.
@@ -997,7 +999,7 @@ class Host:
                 else:
                     log.info("[%s] %s: %r", iid, eff.label, eff.value)
             elif t is BudgetExhausted:
-                self.metrics["budget_exhausted"] += 1
+                self.metrics.add("budget_exhausted")
                 log.warning("instance %r: event %r exhausted the %s budget after %d rounds; position unchanged",
                             iid, eff.event, eff.reason, eff.rounds)
 

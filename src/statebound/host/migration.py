@@ -124,9 +124,9 @@ def migrate(host: Host, instance_id: str, chart: Chart, *, mapping: Mapping[str,
             host.store.commit(Commit(writes=(write,), history=history,
                                      history_keep=None if host.history is None else host.history.keep))
         except ConflictError:
-            host.metrics["conflicts"] += 1
+            host.metrics.add("conflicts")
             continue        # an event committed first: move the newer position
-        host.metrics["commits"] += 1
+        host.metrics.add("commits")
         return MigrationResult(instance_id, MOVED, d.kind, identity)
     return MigrationResult(instance_id, CONFLICT, f"lost {host.max_conflict_retries} commits in a row to "
                                                   "concurrent events; run the migration again")

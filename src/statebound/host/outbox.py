@@ -404,7 +404,7 @@ class Outbox:
             h._run(unit, completion=lambda _: TimerCompletion(row.key, None, None, node, DEAD, text))
         except AlreadyDone:
             return self._result(row.key, "skipped", "completed elsewhere", lag)
-        h.metrics["dead"] = h.metrics.get("dead", 0) + 1
+        h.metrics.add("dead")
         log.warning("outbox row %s parked as dead: %s", row.key, message)
         return self._result(row.key, "failed", text, lag)
 
