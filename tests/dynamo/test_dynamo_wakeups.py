@@ -203,3 +203,29 @@ def test_an_unavailable_store_fails_the_batch_and_a_foreign_message_is_dropped(m
     store.get_timer = down
     assert handle_wakeup_event({"Records": [good, foreign]}, sb.Sweeper(host)) == {
         "batchItemFailures": [{"itemIdentifier": "m1"}]}
+
+
+@pytest.mark.parametrize("rows", [
+    '[["x", 1, 1e400]]',                   # a number JSON allows and no int can hold
+    f'[["{"x" * 1_100}", 1, {T0}]]',       # an id no row can have (over the 1,024-byte key limit)
+    f'[["", 1, {T0}]]',
+    f'[[7, 1, {T0}]]',                     # not a string
+    f'[["x", "one", {T0}]]',
+    '[["x", 1]]',
+])
+def test_a_malformed_wake_up_is_dropped_without_failing_its_batch(mock_client, table, rows):
+    """A message no writer of ours could have sent (a bug, or whoever else may send to the
+    queue) is logged and dropped; the good messages in the same batch fire, and none is
+    reported for retry: before, one such body raised out of the handler, so SQS redelivered
+    the whole batch until it was dead-lettered and its good timers waited for the fallback."""
+    clock = sb.ManualClock(T0)
+    host = sb.Host([TIMER], store=make_store(mock_client, table), clock=clock)
+    host.start(TIMER, "good", data={"delay": "1s"})
+    clock.set(T0 + 1_000)
+    good = {"messageId": "m1", "body": SQSWakeup("q", client=object()).messages(
+        [WakeupRequest("good", 1, T0 + 1_000)], T0 + 1_000)[0][1]}
+    bad = {"messageId": "m2", "body": f'{{"statebound": "wakeup", "v": 1, "rows": {rows}}}'}
+    with pytest.raises(ValueError):
+        decode_wakeup(bad["body"])
+    assert handle_wakeup_event({"Records": [bad, good]}, sb.Sweeper(host)) == {"batchItemFailures": []}
+    assert host.get("good").configuration == frozenset({"fired"})

@@ -26,8 +26,9 @@ from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from ..exceptions import StoreUnavailable
+from ..exceptions import InvalidInstanceId, StoreUnavailable
 from ..host.wakeup import WakeupRequest
+from ._codec import check_id
 
 __all__ = ["SQSWakeup", "MAX_DELAY_S", "ROWS_PER_MESSAGE", "decode_wakeup"]
 
@@ -44,14 +45,27 @@ _MARK = "wakeup"
 
 def decode_wakeup(body: str) -> list[WakeupRequest]:
     """The requests in one message body; a body that is not a statebound wake-up is a
-    ``ValueError`` (it can never be processed: drop it)."""
+    ``ValueError`` (it can never be processed: drop it).
+
+    Strict, because whatever may send to the queue may send anything: each row must be an
+    instance id this table can key on and two integers. Anything else raising later, in
+    the handler, would fail the whole batch, and SQS would redeliver the good messages
+    with it until they were dead-lettered.
+    """
     try:
         data = json.loads(body, parse_constant=_refuse)
         if data.get("statebound") != _MARK or data.get("v") != 1:
             raise ValueError("not a statebound wake-up (v1)")
-        return [WakeupRequest(str(iid), int(ordinal), int(due)) for iid, ordinal, due in data["rows"]]
-    except (AttributeError, KeyError, TypeError, json.JSONDecodeError) as exc:
+        return [_request(row) for row in data["rows"]]
+    except (AttributeError, KeyError, TypeError, json.JSONDecodeError, InvalidInstanceId) as exc:
         raise ValueError(f"malformed wake-up message: {exc}") from exc
+
+
+def _request(row: Any) -> WakeupRequest:
+    iid, ordinal, due = row
+    if not all(type(n) is int for n in (ordinal, due)):
+        raise ValueError(f"a row's ordinal and due time must be integers, not {ordinal!r} and {due!r}")
+    return WakeupRequest(check_id(iid), ordinal, due)
 
 
 def _refuse(token: str) -> Any:
