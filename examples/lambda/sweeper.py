@@ -2,11 +2,12 @@
 
 With wake-ups (WAKEUP_QUEUE_URL set, as the template does) timers are fired by wake.py
 when their messages arrive, and this function is the **slow fallback**: each run, every
-FALLBACK_MINUTES (5 in the template), fires whatever is due and was missed (a
-lost message, a writer without wake-ups) and sends wake-ups for the timers that come
-within the queue's 15-minute reach before the next run, which is how a timer due in hours
-or days gets its message (statebound.dynamodb.lambda_handlers.fallback_sweep). It reads one
-due-index shard per Query and returns; nothing runs around the clock.
+FALLBACK_MINUTES (5 in the template), sends wake-ups for the timers that come within the
+queue's 15-minute reach before the next run, which is how a timer due in hours or days
+gets its message, then fires whatever is due and was missed (a lost message, a writer
+without wake-ups) until SWEEP_MARGIN_MS before its timeout; a backlog left over (``more``
+in the log line) goes to the next run (statebound.dynamodb.lambda_handlers.fallback_sweep).
+It reads one due-index shard per Query and returns; nothing runs around the clock.
 
 Without wake-ups, a once-a-minute schedule alone would fire timers up to a minute late.
 Instead each invocation keeps sweeping -- sleeping only until the next due row or the
@@ -62,8 +63,9 @@ def handle(event: dict[str, Any], context: Any) -> dict[str, Any]:
             host.store.owned_shards = leases   # claim_due reads leases.held at every sweep
             totals["shards"] = len(leases.held)
         if host.wakeup is not None:
-            result = fallback_sweep(sweeper, period_ms=int(os.environ.get("FALLBACK_MINUTES", "5")) * 60_000)
-            totals.update(sweeps=1, armed=result["armed"],
+            result = fallback_sweep(sweeper, period_ms=int(os.environ.get("FALLBACK_MINUTES", "5")) * 60_000,
+                                    remaining_ms=context.get_remaining_time_in_millis, margin_ms=margin_ms)
+            totals.update(sweeps=1, armed=result["armed"], more=result["more"],
                           **{k: result[k] for k in ("fired", "discarded", "stale", "failed", "skipped", "max_lag_ms")})
         else:
             _sweep(host, sweeper, context, margin_ms, totals, leases, recorder)

@@ -229,3 +229,41 @@ def test_a_malformed_wake_up_is_dropped_without_failing_its_batch(mock_client, t
         decode_wakeup(bad["body"])
     assert handle_wakeup_event({"Records": [bad, good]}, sb.Sweeper(host)) == {"batchItemFailures": []}
     assert host.get("good").configuration == frozenset({"fired"})
+
+
+class _Remaining:
+    """A Lambda context's remaining time, running down by ``step_ms`` per call."""
+
+    def __init__(self, total_ms: int, step_ms: int) -> None:
+        self.left, self.step, self.calls = total_ms, step_ms, 0
+
+    def __call__(self) -> int:
+        self.calls += 1
+        self.left -= self.step
+        return self.left
+
+
+def test_a_fallback_behind_a_backlog_arms_first_and_stops_before_its_deadline(mock_client, table):
+    """After an outage 30 rows are overdue and one long timer enters the look-ahead window.
+    A fallback whose invocation has time for a few sweeps only (batch 5) arms the long
+    timer first, fires what it has time for, and returns before its margin, saying more is
+    due: before, it fired until idle whatever the Lambda timeout, so behind a backlog every
+    run was killed before the arming step, and the long timers never got their wake-ups."""
+    clock = sb.ManualClock(T0)
+    queue = RecordingSQS(clock)
+    wakeup = SQSWakeup("https://sqs.invalid/q", client=queue)
+    host = sb.Host([TIMER], store=make_store(mock_client, table), clock=clock, wakeup=wakeup)
+    for i in range(30):
+        host.start(TIMER, f"due{i}", data={"delay": "1s"})
+    host.start(TIMER, "long", data={"delay": "3000s"})
+    queue.sent.clear()                  # the short rows' wake-ups were lost in the outage
+    clock.set(T0 + 3_000_000 - 750_000)   # "long" is 750 s out: inside this run's window
+    remaining = _Remaining(total_ms=60_000, step_ms=12_000)   # 48 s, 36 s, 24 s, then 12 s: under the margin
+    result = fallback_sweep(sb.Sweeper(host, batch=5), period_ms=300_000, remaining_ms=remaining,
+                            margin_ms=15_000)
+    assert result["armed"] == 1
+    assert [r.instance_id for _, e in queue.sent for r in decode_wakeup(e["MessageBody"])] == ["long"]
+    assert result["fired"] == 15 and result["more"] is True   # three sweeps of five, then out of time
+    assert remaining.left > 0
+    rest = fallback_sweep(sb.Sweeper(host, batch=5), period_ms=300_000)   # no deadline: until idle
+    assert (rest["fired"], rest["more"]) == (15, False)
