@@ -267,3 +267,36 @@ def test_a_fallback_behind_a_backlog_arms_first_and_stops_before_its_deadline(mo
     assert remaining.left > 0
     rest = fallback_sweep(sb.Sweeper(host, batch=5), period_ms=300_000)   # no deadline: until idle
     assert (rest["fired"], rest["more"]) == (15, False)
+
+
+def test_the_sent_count_adds_up_when_pool_threads_send_at_once():
+    """A sweeper's workers commit, and so send wake-ups, from several threads. A profile
+    hook makes each thread give up the interpreter after every ``len()`` (the count is
+    read, then the sizes taken, then written back), as a busy machine might."""
+    import sys
+    import threading
+    import time
+
+    class Accepting:
+        def send_message_batch(self, QueueUrl, Entries):
+            return {"Successful": [{"Id": e["Id"]} for e in Entries]}
+
+    wakeup = SQSWakeup("q", client=Accepting())
+
+    def hook(frame, event, arg):
+        if event == "c_return" and arg is len:
+            time.sleep(0)
+
+    def send(i):
+        sys.setprofile(hook)
+        try:
+            for n in range(200):
+                wakeup.request([WakeupRequest(f"i{i}-{n}", 1, T0)], T0)
+        finally:
+            sys.setprofile(None)
+    threads = [threading.Thread(target=send, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert wakeup.sent == 8 * 200

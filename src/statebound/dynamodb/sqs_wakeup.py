@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import math
+import threading
 from collections.abc import Sequence
 from typing import Any
 
@@ -89,6 +90,8 @@ class SQSWakeup:
         self.horizon_ms = horizon_ms
         #: messages sent so far (for metrics and tests)
         self.sent = 0
+        # a sweeper's pool threads send after their commits: the count is added under a lock
+        self._lock = threading.Lock()
 
     def messages(self, requests: Sequence[WakeupRequest], now_ms: int) -> list[tuple[int, str]]:
         """``(DelaySeconds, body)`` per message: rows grouped by the second they are due."""
@@ -130,7 +133,8 @@ class SQSWakeup:
         except (ClientError, BotoCoreError) as exc:
             raise StoreUnavailable(f"SQS wake-up send failed: {exc}") from exc
         failed = response.get("Failed") or []
-        self.sent += len(entries) - len(failed)
+        with self._lock:
+            self.sent += len(entries) - len(failed)
         if failed:
             reasons = sorted({f"{f.get('Code')}: {f.get('Message')}" for f in failed})
             raise StoreUnavailable(f"SQS refused {len(failed)} of {len(entries)} wake-up messages ({'; '.join(reasons)})")
