@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import re
 
 import pytest
 from botocore.exceptions import EndpointConnectionError
@@ -217,3 +218,28 @@ def test_default_client_uses_the_queue_urls_region(aws):
     processor = SQSProcessor("https://sqs.eu-west-3.amazonaws.com/123456789012/orders")
     assert processor.client.meta.region_name == "eu-west-3"
     assert SQSProcessor().client.meta.region_name == "us-east-1"       # AWS_DEFAULT_REGION
+
+
+_SQS_TEXT = re.compile("[\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]*")
+
+
+@pytest.mark.parametrize("instance_id", ["order\x01", "order\uffff", "tab\tand\u00e9"])
+def test_attribute_values_sqs_cannot_carry_travel_as_json(client, instance_id):
+    """SQS refuses a whole message whose String attribute holds a character it does not
+    allow in a body (moto does not check; the rule is SQS's, so the test checks what is
+    sent). Such an instance id travels as ASCII JSON under ``String.json``; an id SQS can
+    carry stays a plain String. Either way the consumer gets the id back."""
+    sqs = client("sqs")
+    url = _queue(sqs, "odd-ids")
+    sent = Requests(sqs)
+    SQSProcessor(url, client=sqs).deliver(make_delivery(instance_id=instance_id,
+                                                        idempotency_key=f"{instance_id}:3"))
+    attributes = sent.only("SendMessage")["MessageAttributes"]
+    for attr in attributes.values():
+        assert _SQS_TEXT.fullmatch(attr["StringValue"]), attr
+    [message] = _drain(sqs, url)
+    got = message["MessageAttributes"]["statebound.instance_id"]
+    value = json.loads(got["StringValue"]) if got["DataType"] == "String.json" else got["StringValue"]
+    assert value == instance_id
+    assert (got["DataType"] == "String") == bool(_SQS_TEXT.fullmatch(instance_id))
+    assert json.loads(message["Body"])["metadata"]["instance_id"] == instance_id

@@ -13,6 +13,13 @@ attribute (String)              value
 ``statebound.caller_context``   the correlation data, as JSON (absent when ``None``)
 ==============================  ==========================================================
 
+SQS carries in an attribute only the characters it allows in a body (XML's: tab, line
+feed, carriage return, and ``U+0020``-``U+D7FF``, ``U+E000``-``U+FFFD``, ``U+10000`` and
+up), and refuses the whole message otherwise. An instance id, send id or event name may
+hold others (a control character, ``U+FFFF``); such a value is sent as an ASCII JSON string
+under the data type ``String.json`` instead (``json.loads`` gives the value back), so the
+message is not refused for good and parked dead. The body is ASCII JSON and always fits.
+
 On a FIFO queue (its URL ends in ``.fifo``) the message also gets
 
 * ``MessageDeduplicationId`` = SHA-256 hex of the idempotency key (64 characters, within
@@ -46,6 +53,8 @@ ATTRIBUTE_PREFIX = "statebound."
 
 # SQS's rule for MessageGroupId / MessageDeduplicationId: 1-128 printable ASCII characters
 _SQS_ID = re.compile(r"[\x21-\x7e]{1,128}")
+# the characters SQS allows in a message body and a String attribute (XML 1.0's Char)
+_SQS_TEXT = re.compile("[\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]*")
 _REGION_IN_URL = re.compile(r"^sqs[.-]([a-z0-9-]+)\.amazonaws\.com(\.cn)?$")
 
 
@@ -55,6 +64,12 @@ def _sha256(text: str) -> str:
 
 def _fit_sqs_id(value: str) -> str:
     return value if _SQS_ID.fullmatch(value) else _sha256(value)
+
+
+def _string_attribute(value: str) -> dict[str, str]:
+    if _SQS_TEXT.fullmatch(value):
+        return {"DataType": "String", "StringValue": value}
+    return {"DataType": "String.json", "StringValue": to_json(value, "an attribute value")}
 
 
 def _region_of(queue_url: str) -> str | None:
@@ -127,5 +142,4 @@ class SQSProcessor:
                                else to_json(delivery.caller_context, "the caller context")),
         }
         # SQS refuses an empty attribute value, so an absent one is left out
-        return {ATTRIBUTE_PREFIX + name: {"DataType": "String", "StringValue": value}
-                for name, value in values.items() if value}
+        return {ATTRIBUTE_PREFIX + name: _string_attribute(value) for name, value in values.items() if value}
