@@ -37,7 +37,33 @@ from statebound.aws import SQSProcessor
 from chart_revisions import load_charts
 from telemetry import ObservedHost, ObservedStore, chart_log
 
-__all__ = ["build_host", "get_host", "configure", "load_charts", "processors", "flush_outbox_metrics"]
+__all__ = ["build_host", "get_host", "configure", "load_charts", "processors", "flush_outbox_metrics",
+           "own_events", "refuse_own_event", "OwnEvent"]
+
+#: Event name prefixes the platform raises (``done.state.*``, ``done.invoke.*``, ``error.*``).
+PLATFORM_PREFIXES = ("done.", "error.")
+
+
+class OwnEvent(ValueError):
+    """A client tried to send an event the chart raises for itself."""
+
+
+def own_events(charts: Any) -> frozenset[str]:
+    """The events the charts raise for themselves: every ``<sb:timeout>`` event of every
+    revision. A client that could post one would fire the timer early."""
+    return frozenset(t.event for chart in charts for state in chart.states for t in state.timeouts)
+
+
+def refuse_own_event(host: sb.Host, name: str) -> None:
+    """:class:`OwnEvent` if no client may send ``name``: a timeout of a deployed chart
+    revision, or a platform event (the charts would take it for the real thing)."""
+    own = getattr(host, "own_events", None)
+    if own is None:
+        own = own_events(host.charts().values())
+    if name in own:
+        raise OwnEvent(f"event {name!r} is a chart's own timeout; only its timer sends it")
+    if name.startswith(PLATFORM_PREFIXES):
+        raise OwnEvent(f"event {name!r} is a platform event; only the interpreter raises it")
 
 _host: sb.Host | None = None
 
@@ -50,9 +76,12 @@ def build_host(*, client: Any = None, clock: Any = None, table_name: str | None 
     ttl = os.environ.get("DONE_TTL_S")
     store = ObservedStore(table, client=client, shards=int(os.environ.get("DUE_SHARDS", "16")),
                           done_ttl_s=int(ttl) if ttl else None)
-    return ObservedHost(load_charts(charts_dir), store=store, clock=clock or sb.SystemClock(),
+    charts = load_charts(charts_dir)
+    host = ObservedHost(charts, store=store, clock=clock or sb.SystemClock(),
                         http_base=os.environ.get("HTTP_BASE") or "http://statebound.invalid", on_log=chart_log,
                         processors=processors(sqs_client), wakeup=_wakeup(sqs_client))
+    host.own_events = own_events(charts)   # every revision's, not only the latest's
+    return host
 
 
 def processors(sqs_client: Any = None) -> dict[str, Any]:

@@ -17,8 +17,12 @@ quoted form of the IETF draft, ``"k-1"``, is accepted too), passed to the host a
 GetItem, and answers as the first request did (201 or 200, the instance as it is now) with
 ``idempotent-replayed: true``; the same key with another event, data or chart is a 422.
 
+No client may send an event the charts raise for themselves: a ``<sb:timeout>`` event of
+any deployed revision (``PaymentTimeout``: posting it would fire the timer early) or a
+platform event (``done.*``, ``error.*``); that is a 403 and changes nothing.
+
 JSON is strict both ways (``statebound.jsonio``): NaN and Infinity are refused in a
-body and never written. Errors map to 400 bad input, 404 unknown instance or chart, 409
+body and never written. Errors map to 400 bad input, 403 a chart's own event, 404 unknown instance or chart, 409
 exists, conflict or an undeployed chart revision, 410 halted, 413 too large, 422 an
 Idempotency-Key reused for another request, 503 the table is unavailable, 500 anything
 else. A 5xx, or any error that came from AWS, answers a generic message and the request
@@ -38,7 +42,7 @@ import statebound as sb
 from statebound import jsonio
 from statebound.dynamodb import MAX_INSTANCE_ID_BYTES
 
-from app import flush_outbox_metrics, get_host
+from app import OwnEvent, flush_outbox_metrics, get_host, refuse_own_event
 from telemetry import logger, scope
 
 _STATUS = (
@@ -234,6 +238,9 @@ def _handle(event: dict[str, Any]) -> dict[str, Any]:
             return _route(event, method, path, parts, instance_id, cid)
     except BadRequest as exc:
         return _response(400, {"error": str(exc)}, cid)
+    except OwnEvent as exc:
+        logger.warning("own event refused", extra={"reason": str(exc)})
+        return _response(403, {"error": str(exc)}, cid)
     except ValueError as exc:  # an id the host or the store refuses (InvalidInstanceId is one)
         if not from_aws(exc):
             return _response(400, {"error": str(exc).splitlines()[0]}, cid)
@@ -279,6 +286,7 @@ def _route(event: dict[str, Any], method: str, path: str, parts: list[str], inst
         raw, ctype = _body(event)
         ev = _event_from_request(raw, ctype, path)
         logger.append_keys(event=ev.name)
+        refuse_own_event(host, ev.name)
         pos = host.send(instance_id, ev, caller_context=context, idempotency_key=key)
         logger.info("event processed" if not replayed() else "repeated event: nothing applied",
                     extra={"configuration": sorted(pos.configuration), "status": pos.status})

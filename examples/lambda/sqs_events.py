@@ -29,8 +29,10 @@ SQS's redrive policy moves it to the same
 dead-letter queue)
 ============================================  ==============================================
 ``ConflictError`` (contention outlasted the   a body that is not strict JSON, or lacks
-host's retries), ``StoreUnavailable``         ``instance_id``/``event``; an instance id or
-(throttled), ``ChartIdentityMismatch`` and    key the API would refuse; ``InstanceNotFound``;
+host's retries), ``StoreUnavailable``         ``instance_id``/``event``; an instance id,
+(throttled), ``ChartIdentityMismatch`` and    key or event the API would refuse (a chart's
+                                              own timeout, ``done.*``, ``error.*``);
+                                              ``InstanceNotFound``;
 ``UnknownChart`` (the instance runs a         ``NotRunning`` (the instance has halted);
 revision this deployment lacks: deploy it     ``IdempotencyKeyReused``; ``SerializationError``
 and the retry works), anything unexpected     and ``ItemTooLarge`` (data that cannot be stored)
@@ -59,7 +61,7 @@ import boto3
 import statebound as sb
 from statebound import jsonio
 
-from app import flush_outbox_metrics, get_host
+from app import OwnEvent, flush_outbox_metrics, get_host, refuse_own_event
 from handler import BadRequest, check_instance_id, from_aws
 from telemetry import logger, scope
 
@@ -125,6 +127,10 @@ def _apply(record: dict[str, Any]) -> None:
     cid = _attribute(record, "correlation_id") or record["messageId"]
     with scope(instance_id=instance_id, event=event.name, correlation_id=cid, idempotency_key=key):
         host = get_host()
+        try:
+            refuse_own_event(host, event.name)
+        except OwnEvent as exc:
+            raise BadRecord(str(exc)) from None
         repeats = host.metrics.get("duplicates", 0)
         pos = host.send(instance_id, event, caller_context={"correlation_id": cid}, idempotency_key=key)
         repeated = host.metrics.get("duplicates", 0) > repeats
