@@ -24,6 +24,7 @@ from typing import Any
 import pytest
 
 import statebound as sb
+from statebound.host import SweepReport, SweeperMetrics
 
 NS = 'xmlns="http://www.w3.org/2005/07/scxml" version="1.0" datamodel="null"'
 T0 = 1_000_000
@@ -117,3 +118,35 @@ def test_metrics_stay_a_dict_that_copies_and_pickles():
         assert twin == host.metrics
         twin.add("commits")   # a copy counts on its own
         assert twin["commits"] == 2 and host.metrics["commits"] == 1
+
+
+def test_sweeper_metrics_fold_reports_from_eight_threads_without_losing_one():
+    """``handle_wakeups`` may be called for several wake-up batches at once on one sweeper;
+    each folds its report into ``sweeper.metrics``. The hook hands the interpreter over
+    after every C call, between the read of a total and its write."""
+    metrics = SweeperMetrics()
+    report = SweepReport(fired=2, discarded=1, lag_ms=(5, 7), empty=1)
+
+    def hook(frame: Any, event: str, arg: Any) -> None:
+        if event == "c_return":
+            time.sleep(0)
+
+    def fold(i: int) -> None:
+        for _ in range(100):
+            metrics.add(report)
+    before = threading.getprofile() if hasattr(threading, "getprofile") else None
+    threading.setprofile(hook)
+    try:
+        _run_threads(8, fold)
+    finally:
+        threading.setprofile(before)   # type: ignore[arg-type]
+    assert (metrics.sweeps, metrics.fired, metrics.discarded, metrics.empty) == (800, 1_600, 800, 800)
+    assert metrics.max_lag_ms == 7
+
+
+def test_sweeper_metrics_stay_a_plain_dataclass():
+    import dataclasses
+    metrics = SweeperMetrics()
+    metrics.add(SweepReport(fired=1, lag_ms=(3,)))
+    assert dataclasses.asdict(metrics)["fired"] == 1
+    assert copy.deepcopy(metrics) == metrics == pickle.loads(pickle.dumps(metrics))

@@ -70,9 +70,15 @@ class SweepReport:
         return max(self.lag_ms, default=0)
 
 
+#: One lock for every SweeperMetrics: a fold is a few additions once per sweep, and a lock
+#: kept outside the dataclass leaves it a plain value (asdict, copy, pickle).
+_FOLD_LOCK = threading.Lock()
+
+
 @dataclass
 class SweeperMetrics:
-    """Running totals a user can read (``sweeper.metrics``)."""
+    """Running totals a user can read (``sweeper.metrics``). Threads sharing one sweeper
+    (wake-up batches handled at once) fold their reports in under a lock."""
 
     sweeps: int = 0
     fired: int = 0
@@ -89,12 +95,13 @@ class SweeperMetrics:
 
     def add(self, report: SweepReport) -> None:
         """Fold one sweep's report in."""
-        self.sweeps += 1
-        self.empty += report.empty
-        for name in _COUNTS:
-            setattr(self, name, getattr(self, name) + getattr(report, name))
-        self.max_lag_ms = max(self.max_lag_ms, report.max_lag_ms)
-        self.last_lag_ms = list(report.lag_ms)
+        with _FOLD_LOCK:
+            self.sweeps += 1
+            self.empty += report.empty
+            for name in _COUNTS:
+                setattr(self, name, getattr(self, name) + getattr(report, name))
+            self.max_lag_ms = max(self.max_lag_ms, report.max_lag_ms)
+            self.last_lag_ms = list(report.lag_ms)
 
 
 class Sweeper:
