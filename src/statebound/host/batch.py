@@ -44,6 +44,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..exceptions import ConflictError, StateboundError
 from ..interpreter import Position
+from . import firing, runner
 from .store import PENDING, Commit, PositionRecord, TimerCompletion, TimerRow, commit_instance_ids
 from .unit import FireResult, Unit
 
@@ -127,7 +128,7 @@ class SendJob(Job):
     def alone(self) -> None:
         assert self.unit is not None
         try:
-            self.done(self.host._run(self.unit))
+            self.done(runner.run(self.host, self.unit))
         except Exception as exc:  # the item's own error, reported in its slot
             self.failed(exc)
 
@@ -139,17 +140,17 @@ class FireJob(Job):
         self.host, self.results, self.index, self.row, self.node = host, results, index, row, node
         self.lag = max(0, host.clock.now_ms() - row.ready_at_ms)
         self.ids = (row.instance_id,) if row.target_id == row.instance_id else (row.instance_id, row.target_id)
-        self.unit = host._fire_unit(row)
+        self.unit = firing.fire_unit(host, row)
 
     def completion(self, result: Any) -> TimerCompletion | None:
-        return self.host._fire_completion(self.row, self.node, result)
+        return firing.fire_completion(self.row, self.node, result)
 
     def done(self, result: Any) -> None:
-        self.host._count(result[0])
+        firing.count(self.host, result[0])
         self.results[self.index] = FireResult(self.row.key, result[0], result[1], self.lag)
 
     def failed(self, exc: Exception) -> None:
-        self.results[self.index] = self.host._fire_failed(self.row, self.node, exc, self.lag)
+        self.results[self.index] = firing.fire_failed(self.host, self.row, self.node, exc, self.lag)
 
     def alone(self) -> None:
         self.results[self.index] = self.host.fire(self.row, node_id=self.node)
@@ -189,7 +190,7 @@ class GroupCommit:
                     i += 1
                     continue
                 try:
-                    u, result, commit = h._attempt(job.unit, job.completion, cache)
+                    u, result, commit = runner.attempt(h, job.unit, job.completion, cache)
                 except Exception as exc:  # refused (unknown instance, halted...) or a drive failure
                     job.failed(exc)
                     i += 1
@@ -241,8 +242,8 @@ class GroupCommit:
             if err is None:
                 if not commit.empty:
                     h.metrics.add("commits")
-                    h._wake((r.key, r.ready_at_ms) for r in commit.timers_put
-                            if r.state == PENDING and r.key not in u.deliver)   # as Host._run does
+                    runner.wake(h, ((r.key, r.ready_at_ms) for r in commit.timers_put
+                                    if r.state == PENDING and r.key not in u.deliver))   # as runner.run does
                 if u.deliver:
                     deliver.extend(r for r in commit.timers_put if r.key in u.deliver)
                 job.done(result)

@@ -27,6 +27,7 @@ from ..events import Event
 from ..exceptions import StateboundError
 from ..interpreter import Position
 from ..position import import_
+from .routing import stamp
 from .store import SUSPENDED, HistoryRecord, PositionWrite
 from .unit import Entry, Unit
 
@@ -177,7 +178,7 @@ def replay(host: Host, instance_id: str) -> ReplayReport:
         try:
             if r.kind == "start":
                 s = r.start or {}
-                seed = host._stamp(u, Position(chart, instance_id, "running", ()))
+                seed = stamp(host, u, Position(chart, instance_id, "running", ()))
                 pos, _ = interp.start(instance_id, s.get("data"), parent=s.get("parent"), invokeid=s.get("invokeid"),
                                       routes=seed.routes, ioprocessors=seed.ioprocessors,
                                       caller_context=r.caller_context, only_declared=s.get("parent") is not None,
@@ -187,7 +188,7 @@ def replay(host: Host, instance_id: str) -> ReplayReport:
             assert pos is not None
             for step in r.steps:
                 if "event" in step:
-                    pos, _ = interp.drive(host._stamp(u, pos), Event.from_dict(step["event"]),
+                    pos, _ = interp.drive(stamp(host, u, pos), Event.from_dict(step["event"]),
                                           caller_context=step.get("context"))
                 else:
                     pos = replace(pos, ordinal=pos.ordinal + int(step.get("ordinal", 1)))

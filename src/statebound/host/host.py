@@ -16,6 +16,12 @@ unit of work:
 write the commits of disjoint instances together, one store transaction per group
 (``batch.py``).
 
+This module holds the public calls and what each one's unit checks; the jobs they share
+live one per module: ``runner.py`` (run a unit, build and write its commit, retry a
+conflict), ``delivery.py`` (drive the queue, apply effects), ``routing.py`` (send targets,
+Basic HTTP, what a session may reach), ``children.py`` (start and delete sessions,
+``<invoke>``) and ``firing.py`` (the unit that fires a timer row).
+
 A crash before the commit applies nothing; after it, everything. A version conflict
 reloads and re-runs the whole unit (the interpreter is deterministic, so re-running is
 safe). Nothing is written when a call is refused (unknown instance, halted, exists).
@@ -25,58 +31,42 @@ from __future__ import annotations
 
 import logging
 import random
-import time
-import zlib
-from collections import deque
 from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from typing import Any
-from urllib.parse import quote, quote_plus, unquote, urlencode
+from urllib.parse import quote
 
-from ..chart.compiler import compile_content_child, compile_src_child
+from ..chart.compiler import compile_src_child
 from ..chart.model import Chart
-from ..chart.trust import UNTRUSTED
 from ..datamodel.budget import DEFAULT_CPU_MS, DEFAULT_MEMORY_BYTES, Budget
-from ..effects import (Autoforward, BudgetExhausted, Cancel, CancelInvoke, Done, Invoke, Log, Send,
-                       SendDelayed)
-from ..events import BASICHTTP_PROCESSOR, SCXML_PROCESSOR, Event
-from ..exceptions import (BudgetExceeded, ChartError, ConflictError, IdempotencyKeyReused, InstanceExists,
-                          InstanceNotFound, InstanceSuspended, InvalidBatchItem, InvalidEvent, NotRunning,
-                          PositionError, SerializationError, StateboundError, UnknownChart)
+from ..events import Event
+from ..exceptions import (IdempotencyKeyReused, InstanceExists, InstanceNotFound, InstanceSuspended, InvalidBatchItem,
+                          InvalidEvent, NotRunning, PositionError, StateboundError, UnknownChart)
 from ..interpreter import Interpreter, Position
-from ..interpreter.state import RUNNING, make_position
+from ..interpreter.state import RUNNING
 from ..position import read_header
+from . import delivery, firing, migration, runner
+from . import history as history_mod
 from .batch import FireJob, GroupCommit, SendJob, SendResult
+from .children import MAX_INVOKE_DEPTH, delete_instance, start_instance
 from .clock import Clock, SystemClock
 from .counters import Counters
-from . import migration
-from . import history as history_mod
 from .idempotency import check_key, event_fingerprint, find_key, remember_key, start_fingerprint
 from .memory import MemoryStore
 from .migration import MigrationResult
 from .outbox import Outbox, check_invokers, check_processors
 from .processors import InvokeHandler, SendProcessor
-from .store import (CLAIMED, DEAD, DONE, PENDING, SUSPENDED, TIMER, Commit, KeyRecord, PositionRecord, PositionWrite,
-                    Store, TimerCompletion, TimerKey, TimerRef, TimerRow, check_instance_id)
+from .routing import child_instance_id
+from .store import CLAIMED, PENDING, SUSPENDED, KeyRecord, Store, TimerRow, check_instance_id
 from .unit import AlreadyDone as _AlreadyDone
 from .unit import Entry as _Entry
 from .unit import FireResult
 from .unit import Unit as _Unit
-from .wakeup import Wakeup, wakeups_for
+from .wakeup import Wakeup
 
 __all__ = ["Host", "FireResult", "SendResult", "child_instance_id", "MAX_INVOKE_DEPTH"]
 
 log = logging.getLogger("statebound")
-
-
-#: How deep invoked sessions may nest (a child's child's ...). Inline and src children nest at
-#: most 8 deep when a chart loads; srcexpr and <content expr> could otherwise recurse for ever.
-MAX_INVOKE_DEPTH = 16
-
-
-def child_instance_id(parent_id: str, invokeid: str) -> str:
-    """The instance id of the child session an ``<invoke>`` starts."""
-    return f"{parent_id}::{invokeid}"
 
 
 class Host:
@@ -292,18 +282,18 @@ class Host:
 
         def unit(u: _Unit) -> Position:
             u.call = {"op": "start", "instance": instance_id, "idempotency_key": key, "caller_context": caller_context}
-            e = self._load(u, instance_id)
+            e = runner.load(self, u, instance_id)
             if e is not None:
                 if key is not None and self._seen(e, instance_id, key, fingerprint, "chart or start data"):
-                    return self._result(u, instance_id)
+                    return runner.result(u, instance_id)
                 raise InstanceExists(instance_id)
-            self._start_instance(u, instance_id, target, data, None, None, caller_context)
+            start_instance(self, u, instance_id, target, data, None, None, caller_context)
             if key is not None:
                 u.entries[instance_id].keys.append(KeyRecord(key, fingerprint))
             self._drain(u)
-            return self._result(u, instance_id)
+            return runner.result(u, instance_id)
         # with a key, a create that lost a race re-runs and finds the winner's key
-        return self._run(unit, creating=instance_id, retry_create=key is not None)
+        return runner.run(self, unit, creating=instance_id, retry_create=key is not None)
 
     def send(self, instance_id: str, event: Event | str, data: Any = None, *, caller_context: Any = None,
              idempotency_key: str | None = None) -> Position:
@@ -324,7 +314,7 @@ class Host:
                                       lambda ctx: self.send(instance_id, event, data, caller_context=ctx,
                                                             idempotency_key=idempotency_key), caller_context)
         ev, key, fingerprint = self._prepare_event(event, data, idempotency_key)
-        return self._run(self._send_unit(instance_id, ev, key, fingerprint, caller_context))
+        return runner.run(self, self._send_unit(instance_id, ev, key, fingerprint, caller_context))
 
     def send_many(self, items: Iterable[Any], *, caller_context: Any = None) -> list[SendResult]:
         """Deliver many external events with group commit: each item is applied exactly as
@@ -389,12 +379,12 @@ class Host:
         """The unit of work of one external event (shared by ``send`` and ``send_many``)."""
         def unit(u: _Unit) -> Position:
             u.call = {"op": "send", "instance": instance_id, "idempotency_key": key, "caller_context": caller_context}
-            e = self._load(u, instance_id)
+            e = runner.load(self, u, instance_id)
             if e is None:
                 raise InstanceNotFound(instance_id)
             assert e.position is not None
             if key is not None and self._seen(e, instance_id, key, fingerprint, "event or data"):
-                return self._result(u, instance_id)
+                return runner.result(u, instance_id)
             if e.position.status != RUNNING:
                 raise NotRunning(f"instance {instance_id!r} is {e.position.status}", e.position.status)
             if e.suspended:
@@ -404,7 +394,7 @@ class Host:
                 e.dirty = True
             u.queue.append((instance_id, ev, caller_context))
             self._drain(u)
-            return self._result(u, instance_id)
+            return runner.result(u, instance_id)
         return unit
 
     def _seen(self, e: _Entry, instance_id: str, key: str, fingerprint: bytes, what: str) -> bool:
@@ -480,10 +470,10 @@ class Host:
             return self._tracing.call("delete", instance_id, None, lambda _: self.delete(instance_id))
 
         def unit(u: _Unit) -> None:
-            if self._load(u, instance_id) is None:
+            if runner.load(self, u, instance_id) is None:
                 raise InstanceNotFound(instance_id)
-            self._delete_instance(u, instance_id)
-        self._run(unit)
+            delete_instance(self, u, instance_id)
+        runner.run(self, unit)
 
     def migrate(self, instance_id: str, chart: Chart, *, mapping: Mapping[str, str] | None = None,
                 dry_run: bool = False) -> MigrationResult:
@@ -523,7 +513,7 @@ class Host:
 
         def unit(u: _Unit) -> None:
             u.call = {"op": "suspend", "instance": instance_id}
-            e = self._load(u, instance_id)
+            e = runner.load(self, u, instance_id)
             if e is None:
                 raise InstanceNotFound(instance_id)
             assert e.position is not None
@@ -535,7 +525,7 @@ class Host:
             for row in self.store.pending_timers(instance_id):
                 if row.state in (PENDING, CLAIMED):
                     u.puts[row.key] = replace(row, state=SUSPENDED, claimed_by=None, claim_expires_ms=None)
-        self._run(unit)
+        runner.run(self, unit)
 
     def resume(self, instance_id: str) -> None:
         """Resume a suspended instance: it takes events again, and its parked rows are
@@ -549,7 +539,7 @@ class Host:
 
         def unit(u: _Unit) -> None:
             u.call = {"op": "resume", "instance": instance_id}
-            e = self._load(u, instance_id)
+            e = runner.load(self, u, instance_id)
             if e is None:
                 raise InstanceNotFound(instance_id)
             if not e.suspended:
@@ -562,7 +552,7 @@ class Host:
                     # looks for rows from about now on (the DynamoDB due index is bucketed)
                     later = now if row.ready_at_ms < now else row.next_attempt_at_ms
                     u.puts[row.key] = replace(row, state=PENDING, next_attempt_at_ms=later)
-        self._run(unit)
+        runner.run(self, unit)
 
     def is_suspended(self, instance_id: str) -> bool:
         """Whether the instance is suspended (``False`` if it does not exist)."""
@@ -583,7 +573,7 @@ class Host:
         now = self.clock.now_ms()
         revived = self.store.retry_timer((instance_id, ordinal), now)
         if revived:
-            self._wake([((instance_id, ordinal), now)])
+            runner.wake(self, [((instance_id, ordinal), now)])
         return revived
 
     def next_due(self) -> int | None:
@@ -629,515 +619,33 @@ class Host:
             return self._tracing.fire(row, lambda r: self.fire(r, node_id=node_id))
         node = node_id or self.node_id
         lag = max(0, self.clock.now_ms() - row.ready_at_ms)
-        unit = self._fire_unit(row)
+        unit = firing.fire_unit(self, row)
         if unit is None:
             return self._outbox.fire(row, node, lag)
         try:
-            outcome, reason = self._run(unit, completion=lambda o: self._fire_completion(row, node, o))
+            outcome, reason = runner.run(self, unit, completion=lambda o: firing.fire_completion(row, node, o))
         except _AlreadyDone:
             return FireResult(row.key, "skipped", "completed elsewhere", lag)
         except Exception as exc:  # a delivery failure must not lose the row
-            return self._fire_failed(row, node, exc, lag)
-        self._count(outcome)
+            return firing.fire_failed(self, row, node, exc, lag)
+        firing.count(self, outcome)
         return FireResult(row.key, outcome, reason, lag)
-
-    def _fire_unit(self, row: TimerRow) -> Any:
-        """The unit of work that fires a timer row (``None`` for an outbox row): returns
-        ``(outcome, reason)`` for the row's completion."""
-        if row.kind != TIMER:
-            return None
-
-        def unit(u: _Unit) -> tuple[str, str | None]:
-            u.protected = row.key
-            u.call = {"op": "fire", "instance": row.target_id, "timer": [row.instance_id, row.ordinal],
-                      "caller_context": row.caller_context}
-            sched = self._load(u, row.instance_id)
-            target = sched if row.target_id == row.instance_id else self._load(u, row.target_id)
-            outcome, reason = "fired", None
-            if sched is not None:
-                self._drop_ref(sched, row.ordinal)
-            if target is None or target.position is None:
-                outcome, reason = "discarded", f"instance {row.target_id!r} not found"
-            elif target.position.status != RUNNING:
-                outcome, reason = "discarded", f"instance {row.target_id!r} is {target.position.status}"
-            elif sched is None or sched.position is None:
-                outcome, reason = "discarded", f"scheduling instance {row.instance_id!r} not found"
-            elif sched.position.status != RUNNING and row.target_id != row.instance_id:
-                outcome, reason = "discarded", f"scheduling instance {row.instance_id!r} is {sched.position.status}"
-            elif row.name is not None and not any(
-                    t.name == row.name and t.ordinal == row.ordinal for t in sched.position.timeouts):
-                outcome, reason = "stale", f"timeout {row.name!r} was re-armed or cancelled since ordinal {row.ordinal}"
-            elif sched.suspended:
-                # claimed before the suspend parked it: park it now, in place, name and all
-                sched.refs.append(TimerRef(row.ordinal, row.send_id, row.name))
-                sched.dirty = True   # the position write makes this conditional on the suspend
-                u.puts[row.key] = replace(row, state=SUSPENDED, claimed_by=None, claim_expires_ms=None)
-                outcome, reason = "parked", f"instance {row.instance_id!r} is suspended"
-            else:
-                u.queue.append((row.target_id, Event.from_dict(row.event), row.caller_context))
-                self._drain(u)
-            return outcome, reason
-        return unit
-
-    @staticmethod
-    def _fire_completion(row: TimerRow, node: str, result: tuple[str, str | None]) -> TimerCompletion | None:
-        """How a fire's commit finishes its row (a row parked for a suspended instance is
-        rewritten in place instead)."""
-        return None if result[0] == "parked" else TimerCompletion(row.key, result[0], result[1], node)
-
-    def _fire_failed(self, row: TimerRow, node: str, exc: Exception, lag: int) -> FireResult:
-        """A timer's delivery failed: release the row with backoff, or park it as dead."""
-        self._release(row, node, f"{type(exc).__name__}: {exc}", row.attempts + 1)
-        return FireResult(row.key, "failed", str(exc), lag)
-
-    def _release(self, row: TimerRow, node: str, error: str, attempts: int) -> None:
-        """A failed delivery: back off exponentially, or park the row after ``max_attempts``."""
-        dead = attempts >= self.max_attempts
-        delay = self.backoff_ms * (2 ** (attempts - 1))
-        retry_at = self.clock.now_ms() + delay
-        self.store.release(row.key, node, error=error, next_attempt_at_ms=retry_at, dead=dead)
-        if not dead:
-            self._wake([(row.key, max(retry_at, row.due_at_ms))])
-        self._count("failed")
-        if dead:
-            self._count("dead")
-        log.warning("row %s delivery failed (attempt %d%s): %s", row.key, attempts,
-                    ", parked as dead" if dead else "", error)
-
-    def _count(self, outcome: str) -> None:
-        self.metrics.add(outcome)
-
-    # ------------------------------------------------------------------ the unit of work
-    def _run(self, fn: Any, *, creating: str | None = None, completion: Any = None,
-             retry_create: bool = False) -> Any:
-        last: ConflictError | None = None
-        # one budget for the call, retries included: a retry re-runs the same drives
-        budget = Budget(self.max_cpu_ms, self.max_memory_bytes).start()
-        for attempt in range(self.max_conflict_retries):
-            if attempt:
-                # Writers that collided retry at once and collide again; a random pause,
-                # growing with each attempt, spreads them out (full jitter).
-                time.sleep(self._random.uniform(0, min(self.conflict_backoff_s * (2 ** attempt), 0.25)))
-            u, result, commit = self._attempt(fn, completion, None, budget)
-            try:
-                if not commit.empty:
-                    self.store.commit(commit)
-                    self.metrics.add("commits")
-            except ConflictError as exc:
-                self.metrics.add("conflicts")
-                last = exc
-                if creating is not None and exc.instance_id == creating and not retry_create:
-                    raise InstanceExists(creating) from None
-                c = commit.complete
-                if c is not None:
-                    # a row finished by someone else cannot be finished by a retry
-                    cur = self.store.get_timer(c.key)
-                    if cur is None or cur.state in (DONE, DEAD) or (
-                            c.node_id is not None and cur.state == CLAIMED and cur.claimed_by not in (None, c.node_id)):
-                        raise _AlreadyDone() from None
-                continue
-            self._wake((r.key, r.ready_at_ms) for r in commit.timers_put
-                       if r.state == PENDING and r.key not in u.deliver)   # handed over below instead
-            if u.deliver:
-                self._outbox.after_commit([r for r in commit.timers_put if r.key in u.deliver])
-            return result
-        assert last is not None
-        raise last
-
-    def _attempt(self, fn: Any, completion: Any, cache: dict[str, PositionRecord | None] | None = None,
-                 budget: Budget | None = None) -> tuple[_Unit, Any, Commit]:
-        """Run a unit once, from fresh loads (or ``cache``, in a batch), and build its commit.
-
-        ``budget`` is the call's (``_run`` shares one across retries); a unit of a group gets
-        its own, started now, since a budget counts this thread's CPU from its start."""
-        if budget is None:
-            budget = Budget(self.max_cpu_ms, self.max_memory_bytes).start()
-        u = _Unit(cache=cache, budget=budget)
-        result = fn(u)
-        return u, result, self._build_commit(u, completion(result) if completion else None)
-    def _wake(self, due: Iterable[tuple[TimerKey, int]]) -> None:
-        """Ask the wake-up backend to fire these rows ``(key, ready_at_ms)`` on time. Runs
-        after a commit landed, so a failure is logged, never raised: the rows are the truth."""
-        if self.wakeup is None:
-            return
-        now = self.clock.now_ms()
-        requests = wakeups_for(due, now, self.wakeup.horizon_ms)
-        if requests:
-            try:
-                self.wakeup.request(requests, now)
-            except Exception as exc:  # the sweeper's fallback read will find the rows
-                log.warning("wake-up request for %d row(s) failed: %s", len(requests), exc)
-
-    def _build_commit(self, u: _Unit, completion: TimerCompletion | None) -> Commit:
-        writes = []
-        for iid, e in u.entries.items():
-            if e.deleted:
-                if e.record is not None:
-                    writes.append(PositionWrite(iid, e.chart_name, e.record.version, None, "deleted"))
-                continue
-            if not e.dirty:
-                continue
-            assert e.position is not None
-            blob = e.position.to_bytes(self.codec)
-            writes.append(PositionWrite(iid, e.chart_name, None if e.record is None else e.record.version, blob,
-                                        SUSPENDED if e.suspended else e.position.status, tuple(e.refs), e.parent,
-                                        tuple(e.keys)))
-        if self._tracing is not None:
-            called = u.entries.get(u.call.get("instance", ""))
-            if called is not None and called.position is not None:
-                self._tracing.note(called.chart_name, called.position.chart.identity)
-        deleted = {iid for iid, e in u.entries.items() if e.deleted}
-        puts = tuple(r for r in u.puts.values() if r.instance_id not in deleted)
-        dels = tuple(k for k in dict.fromkeys(u.deletes) if k[0] not in deleted and k != u.protected)
-        if self.history is None:
-            return Commit(tuple(writes), puts, dels, completion)
-        return Commit(tuple(writes), puts, dels, completion,
-                      history_mod.records(self.history, u, writes, self.clock.now_ms()), self.history.keep, True)
-
-    def _load(self, u: _Unit, instance_id: str) -> _Entry | None:
-        e = u.entries.get(instance_id)
-        if e is not None:
-            return None if e.deleted else e
-        rec = self._fetch(u, instance_id)
-        if rec is None:
-            u.missing.add(instance_id)
-            return None
-        pos = Position.from_bytes(rec.blob, self._chart_for_blob(rec.chart, rec.blob))
-        e = _Entry(rec, self._stamp(u, pos), rec.chart, list(rec.timers), rec.parent, keys=list(rec.idempotency),
-                   suspended=rec.status == SUSPENDED)
-        if self.history is not None:
-            e.steps = []
-        u.entries[instance_id] = e
-        return e
-
-    def _fetch(self, u: _Unit, instance_id: str) -> PositionRecord | None:
-        """An instance's stored record: read ahead by a batch, else loaded now."""
-        cache = u.cache
-        if cache is not None and instance_id in cache:
-            return cache[instance_id]
-        return self.store.load(instance_id)
-
-    def _stamp(self, u: _Unit, pos: Position) -> Position:
-        if pos.chart.trust == UNTRUSTED:
-            # An untrusted chart sees only its own family, and only the processors and handlers
-            # offered to it: everything else is, to it, an unknown target or type (the spec's
-            # error.communication / error.execution), so it cannot steer other instances.
-            me = pos.session_id
-
-            def related(session_id: str) -> bool:
-                return _related(me, pos.parent, session_id) and self._load(u, session_id) is not None
-            return _restamp(pos, related, self._ioprocessors(me, trusted=False), self._untrusted_invoker_types)
-
-        def routes(session_id: str) -> bool:
-            return self._load(u, session_id) is not None
-        return _restamp(pos, routes, self._ioprocessors(pos.session_id), self._invoker_types)
-
-    def _ioprocessors(self, instance_id: str, *, trusted: bool = True) -> dict[str, Any] | None:
-        # every send processor is an I/O processor the chart may name (SCXML 5.10's _ioprocessors)
-        iop: dict[str, Any] = {name: {} for name in self.processors
-                               if trusted or name in self.untrusted_may_use}
-        if self.http_base is not None:
-            loc = {"location": self.http_location(instance_id)}
-            iop.update({BASICHTTP_PROCESSOR: loc, "basichttp": loc})
-        return iop or None
 
     def http_location(self, instance_id: str) -> str:
         """The Basic HTTP location of an instance (``POST`` events there)."""
         return f"{self.http_base}/instances/{quote(instance_id, safe='')}/events"
 
-    def _result(self, u: _Unit, instance_id: str) -> Position:
-        e = u.entries[instance_id]
-        assert e.position is not None
-        return _restamp(e.position)
-
-    # ------------------------------------------------------------------ driving
-    def _start_instance(self, u: _Unit, instance_id: str, chart: Chart, data: Mapping[str, Any] | None,
-                        parent: str | None, invokeid: str | None, caller_context: Any) -> None:
-        interp = self._interpreters[chart.identity]
-        existing = u.entries.get(instance_id)
-        record = existing.record if existing is not None else None
-        if existing is None and parent is not None:
-            record = self._fetch(u, instance_id)  # a leftover child is replaced, not duplicated
-        e = _Entry(record, None, chart.name, [], parent)
-        if self.history is not None:
-            e.steps, e.started = [], {"data": dict(data) if data is not None else None, "parent": parent,
-                                      "invokeid": invokeid}
-        u.entries[instance_id] = e
-        seed = self._stamp(u, Position(interp.chart, instance_id, RUNNING, ()))
-        u.starts += 1
-        pos, effects = interp.start(instance_id, data, parent=parent, invokeid=invokeid, routes=seed.routes,
-                                    ioprocessors=seed.ioprocessors, caller_context=caller_context,
-                                    only_declared=parent is not None, invokers=seed.invokers,
-                                    budget=u.budget)
-        e.position, e.dirty = pos, True
-        self.metrics.add("drives")
-        self._apply(u, instance_id, effects, caller_context)
+    # ------------------------------------------------------------------ seams between the jobs
+    # The unit closures, the outbox, routing and children reach each other through these,
+    # so that no two of those modules import each other (and a test can stub a delivery).
+    def _load(self, u: _Unit, instance_id: str) -> _Entry | None:
+        return runner.load(self, u, instance_id)
 
     def _drain(self, u: _Unit) -> None:
-        while u.queue:
-            if u.deliveries >= self.max_deliveries or (u.budget is not None and u.budget.spent):
-                self._spill(u)
-                return
-            iid, ev, ctx = u.queue.popleft()
-            e = self._load(u, iid)
-            if e is None or e.position is None or e.position.status != RUNNING:
-                continue  # the spec drops events for sessions that are gone
-            if e.suspended:   # routed here from another instance: it waits, parked, for resume
-                self._keep_as_row(u, iid, e, ev, ctx, "sb.suspended", SUSPENDED)
-                continue
-            u.deliveries += 1
-            if e.steps is not None:
-                e.steps.append({"event": ev.to_dict()} if ctx is None else {"event": ev.to_dict(), "context": ctx})
-            interp = self._interpreters[e.position.chart.identity]
-            pos, effects = interp.drive(e.position, ev, caller_context=ctx, budget=u.budget)
-            self.metrics.add("drives")
-            if u.deliveries + u.starts > 1 and pos is e.position and _out_of_budget(effects):
-                # Earlier drives of this call spent the budget: this event is not to blame,
-                # so it waits (as a row due now) for a call with a budget of its own.
-                u.queue.appendleft((iid, ev, ctx))
-                self._spill(u)
-                return
-            if pos is not e.position:
-                e.position, e.dirty = pos, True
-            self._apply(u, iid, effects, ctx)
-
-    def _spill(self, u: _Unit) -> None:
-        """Over the delivery budget: keep the rest as timer rows due now (durable, FIFO)."""
-        while u.queue:
-            iid, ev, ctx = u.queue.popleft()
-            e = self._load(u, iid)
-            if e is None or e.position is None:
-                continue
-            self._keep_as_row(u, iid, e, ev, ctx, "sb.spill", SUSPENDED if e.suspended else PENDING)
-
-    def _keep_as_row(self, u: _Unit, iid: str, e: _Entry, ev: Event, ctx: Any, prefix: str, state: str) -> None:
-        """An event the instance cannot take now becomes its own row, due now (FIFO by ordinal)."""
-        ordinal = self._next_ordinal(e)
-        row = TimerRow(iid, ordinal, iid, self.clock.now_ms(), f"{prefix}.{ordinal}", ev.to_dict(),
-                       caller_context=ctx, state=state)
-        u.puts[row.key] = row
-        e.refs.append(TimerRef(ordinal, row.send_id))
-
-    @staticmethod
-    def _next_ordinal(e: _Entry) -> int:
-        """Take the instance's next ordinal for a row the host writes (an outbox row, a spill)."""
-        assert e.position is not None
-        e.position = _bump_ordinal(e.position)
-        e.dirty = True
-        if e.steps is not None:
-            e.steps.append({"ordinal": 1})
-        return e.position.ordinal
+        delivery.drain(self, u)
 
     def _apply(self, u: _Unit, iid: str, effects: tuple[Any, ...], ctx: Any) -> None:
-        e = u.entries[iid]
-        pos = e.position
-        assert pos is not None
-        if e.steps is not None:
-            if e.effects is None:
-                e.effects = {}
-            history_mod.summarize(e.effects, effects)
-        processors = self.processors
-        if pos.chart.trust == UNTRUSTED:
-            processors = {k: v for k, v in processors.items() if k in self.untrusted_may_use}
-        for eff in effects:
-            t = type(eff)
-            if t is Send:
-                if eff.type in processors:
-                    self._outbox.send(u, iid, eff, ctx)
-                    continue
-                dest, ev = self._route(iid, pos, eff.target, eff)
-                if dest is not None and _to_invoked(eff) and \
-                        self._outbox.forward(u, iid, eff.target[2:], ev, ctx, eff.send_id):
-                    continue  # <send target="#_id"> to a handler's invocation
-                if dest is not None:
-                    u.queue.append((dest, ev, ctx))
-            elif t is SendDelayed:
-                if eff.type in processors:
-                    self._outbox.send(u, iid, eff, ctx)
-                    continue
-                dest, ev = self._route(iid, pos, eff.target, eff)
-                if dest is None:
-                    continue
-                due = eff.at_ms if eff.at_ms is not None else self.clock.now_ms() + (eff.delay_ms or 0)
-                row = TimerRow(iid, eff.ordinal, dest, due, eff.send_id, ev.to_dict(), eff.name,
-                               {"macrostep": eff.macrostep, "microstep": eff.microstep, "round": eff.round,
-                                "c_index": eff.c_index, "owner": eff.owner, "id_from_author": eff.id_from_author},
-                               eff.caller_context)
-                u.puts[row.key] = row
-                e.refs.append(TimerRef(eff.ordinal, eff.send_id, eff.name))
-            elif t is Cancel:
-                keep = []
-                for ref in e.refs:
-                    if ref.send_id == eff.send_id:
-                        key = (iid, ref.ordinal)
-                        if u.puts.pop(key, None) is None:
-                            u.deletes.append(key)
-                    else:
-                        keep.append(ref)
-                e.refs[:] = keep
-            elif t is Invoke:
-                if eff.type in self.invokers and (pos.chart.trust != UNTRUSTED or eff.type in self.untrusted_may_use):
-                    self._outbox.invoke(u, iid, eff, ctx)
-                else:
-                    self._invoke(u, iid, pos, eff, ctx)
-            elif t is CancelInvoke:
-                if self._outbox.cancel_invoke(u, iid, eff.invokeid):
-                    continue
-                cid = child_instance_id(iid, eff.invokeid)
-                if self._load(u, cid) is not None:
-                    self._delete_instance(u, cid)
-            elif t is Autoforward:
-                if not self._outbox.forward(u, iid, eff.invokeid, eff.event, ctx):
-                    u.queue.append((child_instance_id(iid, eff.invokeid), eff.event, ctx))
-            elif t is Done:
-                if pos.parent is not None and pos.invokeid is not None:
-                    u.queue.append((pos.parent, Event(f"done.invoke.{pos.invokeid}", eff.donedata, "external",
-                                                      None, f"#_scxml_{iid}", SCXML_PROCESSOR, pos.invokeid), ctx))
-            elif t is Log:
-                if self.on_log is not None:
-                    self.on_log(iid, eff.label, eff.value)
-                else:
-                    log.info("[%s] %s: %r", iid, eff.label, eff.value)
-            elif t is BudgetExhausted:
-                self.metrics.add("budget_exhausted")
-                log.warning("instance %r: event %r exhausted the %s budget after %d rounds; position unchanged",
-                            iid, eff.event, eff.reason, eff.rounds)
-
-    def _route(self, iid: str, pos: Position, target: str | None, eff: Any) -> tuple[str | None, Event]:
-        """Resolve a send target to an instance id and the event it receives."""
-        if eff.type == BASICHTTP_PROCESSOR:
-            return self._route_http(iid, pos, target, eff)
-        invokeid = None
-        if target is None:
-            dest: str | None = iid
-        elif target == "#_parent":
-            dest, invokeid = pos.parent, pos.invokeid
-        elif target.startswith("#_scxml_"):
-            dest = target[8:]
-        elif target.startswith("#_"):
-            dest = child_instance_id(iid, target[2:])
-        else:
-            log.warning("instance %r: no route for send target %r (type %s); event %r dropped",
-                        iid, target, eff.type, eff.event)
-            dest = None
-        ev = Event(eff.event, eff.data, "external", eff.send_id if eff.id_from_author else None, eff.origin,
-                   SCXML_PROCESSOR, invokeid)
-        return dest, ev
-
-    def _route_http(self, iid: str, pos: Position, target: str | None, eff: Any) -> tuple[str | None, Event]:
-        """Basic HTTP (SCXML C.2): a form POST; loop back when the URL is one of ours."""
-        form = dict(eff.data) if isinstance(eff.data, dict) else {}
-        if eff.event:
-            form["_scxmleventname"] = eff.event
-        body = quote_plus(str(eff.data)) if eff.data is not None and not isinstance(eff.data, dict) \
-            else urlencode({k: str(v) for k, v in form.items()})
-        prefix = f"{self.http_base}/instances/" if self.http_base else None
-        dest = None
-        if prefix and target and target.startswith(prefix) and target.endswith("/events"):
-            dest = unquote(target[len(prefix):-len("/events")])
-        if dest is None:
-            return iid, Event("error.communication", {"message": f"Basic HTTP target {target!r} is not reachable"},
-                              "platform", eff.send_id)
-        assert target is not None  # dest was found in it
-        if pos.chart.trust == UNTRUSTED and not _related(iid, pos.parent, dest):
-            return iid, Event("error.communication",
-                              {"message": f"Basic HTTP target {target!r} is not reachable from an untrusted chart"},
-                              "platform", eff.send_id)
-        raw = (f"POST {target[len(self.http_base or ''):]} HTTP/1.1\r\n"
-               "Content-Type: application/x-www-form-urlencoded\r\n\r\n" + body)
-        name = str(form.get("_scxmleventname") or "HTTP.POST")
-        data = form if isinstance(eff.data, dict) or form else eff.data
-        return dest, Event(name, data, "external", eff.send_id if eff.id_from_author else None,
-                           self.http_location(iid), BASICHTTP_PROCESSOR, None, raw)
-
-    def _invoke(self, u: _Unit, iid: str, pos: Position, eff: Invoke, ctx: Any) -> None:
-        chart = eff.chart
-        try:
-            if iid.count("::") >= MAX_INVOKE_DEPTH:  # a chart invoking itself by srcexpr, forever
-                raise ChartError(f"invoked sessions nest deeper than {MAX_INVOKE_DEPTH}")
-            if u.starts >= self.max_deliveries:  # ... or ten times over at every level
-                raise ChartError(f"this call already started {u.starts} sessions (max_deliveries)")
-            if chart is None and u.budget is not None and u.budget.spent:  # compiling costs CPU too
-                raise ChartError("the call's CPU budget is spent; no chart was compiled")
-            # Run-time children are loaded under the parent's policy: its src containment, and
-            # an untrusted parent's children are untrusted too.
-            if chart is None and eff.content is not None:
-                if not isinstance(eff.content, str):
-                    raise ChartError("an SCXML <invoke>'s <content expr> must give the child's document as a string")
-                name = f"{pos.chart.name}/{eff.state}.dyn{zlib.crc32(eff.content.encode('utf-8', 'replace'))}"
-                chart = compile_content_child(pos.chart, eff.content, name)
-            elif chart is None and eff.src:
-                src = eff.src[5:] if eff.src.startswith("file:") else eff.src  # the name as it always was
-                chart = compile_src_child(pos.chart, src, f"{pos.chart.name}/{eff.state}.src:{src}")
-            if chart is None:
-                raise ChartError("the <invoke> names no chart")
-        except StateboundError as exc:
-            u.queue.append((iid, Event("error.execution", {"message": f"invoke {eff.invokeid!r}: {exc}"},
-                                       "platform"), ctx))
-            return
-        if self._revisions.get(chart.name, {}).get(chart.identity) is None:
-            self.register(chart)
-        cid = child_instance_id(iid, eff.invokeid)
-        try:
-            self._start_instance(u, cid, chart, eff.data, iid, eff.invokeid, ctx)
-        except (BudgetExceeded, SerializationError) as exc:
-            # the child did not settle, the call's budget ran out, or the parent's <param>s do
-            # not fit the child's datamodel (bytes, or values nested too deep for ecmascript)
-            u.entries.pop(cid, None)
-            u.queue.append((iid, Event("error.execution", {"message": f"invoke {eff.invokeid!r}: {exc}"},
-                                       "platform"), ctx))
-
-    def _delete_instance(self, u: _Unit, iid: str) -> None:
-        e = self._load(u, iid)
-        if e is None:
-            return
-        if e.position is not None:
-            for inv in e.position.invocations:
-                self._delete_instance(u, child_instance_id(iid, inv.invokeid))
-        for key in [k for k in u.puts if k[0] == iid]:
-            del u.puts[key]
-        e.deleted = True
-        u.queue = deque(q for q in u.queue if q[0] != iid)
-
-    @staticmethod
-    def _drop_ref(e: _Entry, ordinal: int) -> None:
-        before = len(e.refs)
-        e.refs[:] = [r for r in e.refs if r.ordinal != ordinal]
-        if len(e.refs) != before:
-            e.dirty = True
-
-
-
-def _out_of_budget(effects: tuple[Any, ...]) -> bool:
-    return len(effects) == 1 and type(effects[0]) is BudgetExhausted and effects[0].reason != "rounds"
-
-
-def _related(me: str, parent: str | None, other: str) -> bool:
-    """Whether an untrusted session ``me`` may address ``other``: itself, its parent, or a child of its own."""
-    if other in (me, parent):
-        return True
-    head, sep, tail = other.rpartition("::")
-    return bool(sep) and head == me and "::" not in tail
-
-
-def _restamp(pos: Position, routes: Any = None, ioprocessors: Any = None, invokers: Any = None) -> Position:
-    """``pos.restamp(...)`` built the interpreter's fast way: twice on every host call, and
-    ``dataclasses.replace`` costs about three times as much."""
-    return make_position(pos.chart, pos.session_id, pos.status, pos.states, pos.history, pos.data, pos.macrostep,
-                         pos.send_counter, pos.ordinal, pos.invoke_counter, pos.invocations, pos.initialized,
-                         pos.parent, pos.invokeid, pos.timeouts, routes=routes, ioprocessors=ioprocessors,
-                         invokers=invokers)
-
-
-def _bump_ordinal(pos: Position) -> Position:
-    return replace(pos, ordinal=pos.ordinal + 1)
-
-
-def _to_invoked(eff: Send) -> bool:
-    """Whether an SCXML send targets an invocation (``#_<invokeid>``)."""
-    t = eff.target
-    return (eff.type == SCXML_PROCESSOR and t is not None and t.startswith("#_")
-            and not t.startswith("#_scxml_") and t not in ("#_parent", "#_internal"))
+        delivery.apply(self, u, iid, effects, ctx)
 
 
 def _batch_item(index: int, item: Any) -> tuple[str, Any, Any, Any]:

@@ -50,9 +50,12 @@ from ..effects import Invoke
 from ..events import BASICHTTP_PROCESSOR, Event
 from ..exceptions import DeliveryRejected, InstanceNotFound, SerializationError
 from ..interpreter.state import RUNNING
+from .delivery import drop_ref, next_ordinal
+from .firing import count, release
 from .processors import Delivery, InvokeRequest, Pending
 from .store import (CANCEL, DEAD, DONE, INVOKE, PENDING, SEND, WAITING, TimerCompletion, TimerKey, TimerRef,
                     TimerRow, pack_field)
+from .runner import load, run
 from .unit import AlreadyDone, Entry, FireResult, Unit
 
 if TYPE_CHECKING:
@@ -124,8 +127,8 @@ def _request(row: TimerRow) -> InvokeRequest:
 class Outbox:
     """The host's outbox: writes rows into a unit of work and fires them.
 
-    Private to :class:`~statebound.Host`, which owns one; it reaches into the host's unit
-    of work (``_load``, ``_drain``, ``_run``) the way the host's own methods do.
+    Private to :class:`~statebound.Host`, which owns one; its units run, load and deliver
+    through ``runner.py`` and the host's ``_drain``, as the host's own calls do.
     """
 
     def __init__(self, host: Host) -> None:
@@ -156,7 +159,7 @@ class Outbox:
             ordinal = eff.ordinal
             due = eff.at_ms if eff.at_ms is not None else h.clock.now_ms() + (eff.delay_ms or 0)
         else:
-            ordinal, due = h._next_ordinal(e), h.clock.now_ms()
+            ordinal, due = next_ordinal(e), h.clock.now_ms()
         payload = {"event": eff.event or None, "target": eff.target, "type": eff.type, "data": eff.data,
                    "delayed": delayed}
         dedup = {"macrostep": eff.macrostep, "microstep": eff.microstep, "round": eff.round,
@@ -169,7 +172,7 @@ class Outbox:
         """Entering a state with a handler ``<invoke>``: an invoke row, its ordinal the generation."""
         h = self.host
         e = u.entries[iid]
-        ordinal = h._next_ordinal(e)
+        ordinal = next_ordinal(e)
         payload = {"invokeid": eff.invokeid, "type": eff.type, "src": eff.src, "data": eff.data,
                    "content": eff.content, "state": eff.state}
         dedup = {"macrostep": eff.macrostep, "microstep": eff.microstep, "round": eff.round,
@@ -194,7 +197,7 @@ class Outbox:
         generation = self._generation(e, invokeid)
         if generation is None:
             return (iid, invokeid) in u.answered
-        h._drop_ref(e, generation)
+        drop_ref(e, generation)
         key = (iid, generation)
         if key in u.puts:
             del u.puts[key]
@@ -239,7 +242,7 @@ class Outbox:
             log.debug("instance %r: invoke handler %r has no forward(); event %r not forwarded",
                       iid, typ, event.name)
             return True
-        ordinal = h._next_ordinal(e)
+        ordinal = next_ordinal(e)
         payload = {"event": event.name, "target": f"#_{invokeid}", "type": typ, "data": event.data,
                    "delayed": False, "invokeid": invokeid}
         self._row(u, e, iid, ordinal, h.clock.now_ms(), send_id or f"sb.forward.{invokeid}.{ordinal}", payload,
@@ -283,7 +286,7 @@ class Outbox:
         return self._result(row.key, "skipped", f"unknown row kind {row.kind!r}", lag)
 
     def _result(self, key: TimerKey | None, outcome: str, reason: str | None = None, lag: int = 0) -> FireResult:
-        self.host._count(outcome)
+        count(self.host, outcome)
         return FireResult(key, outcome, reason, lag)
 
     def _fire_send(self, row: TimerRow, node: str, lag: int) -> FireResult:
@@ -325,7 +328,7 @@ class Outbox:
             return self._failed(row, node, exc, lag)
         if isinstance(result, Pending):
             try:
-                h._run(lambda u: None, completion=lambda _: TimerCompletion(row.key, None, result.note, node, WAITING))
+                run(h, lambda u: None, completion=lambda _: TimerCompletion(row.key, None, result.note, node, WAITING))
             except AlreadyDone:
                 return self._result(row.key, "skipped", "a result arrived before the handler's answer", lag)
             return self._result(row.key, "waiting", result.note, lag)
@@ -347,22 +350,22 @@ class Outbox:
                 reason += f"; the cancel hook failed ({type(exc).__name__}: {exc})"
                 log.warning("invoke %r of %r: cancel hook failed: %s", row.event.get("invokeid"),
                             row.instance_id, exc)
-        return self._finish(row, node, "cancelled", reason, lag, drop_ref=False)
+        return self._finish(row, node, "cancelled", reason, lag, leave_refs=True)
 
     # ------------------------------------------------------------------ completing
     def _finish(self, row: TimerRow, node: str, outcome: str, reason: str | None, lag: int,
-                drop_ref: bool = True) -> FireResult:
+                leave_refs: bool = False) -> FireResult:
         """Complete the row; a delayed send or an invoke also leaves the instance's refs."""
         h = self.host
-        has_ref = drop_ref and (row.kind == INVOKE or row.event.get("delayed"))
+        has_ref = not leave_refs and (row.kind == INVOKE or row.event.get("delayed"))
 
         def unit(u: Unit) -> None:
             if has_ref:
-                e = h._load(u, row.instance_id)
+                e = load(h, u, row.instance_id)
                 if e is not None:
-                    h._drop_ref(e, row.ordinal)
+                    drop_ref(e, row.ordinal)
         try:
-            h._run(unit, completion=lambda _: TimerCompletion(row.key, outcome, reason, node))
+            run(h, unit, completion=lambda _: TimerCompletion(row.key, outcome, reason, node))
         except AlreadyDone:
             return self._result(row.key, "skipped", "completed elsewhere", lag)
         return self._result(row.key, outcome, reason, lag)
@@ -374,7 +377,7 @@ class Outbox:
         text = f"{type(exc).__name__}: {exc}"
         dead = isinstance(exc, (DeliveryRejected, SerializationError)) or attempts >= h.max_attempts
         if not dead:
-            h._release(row, node, text, attempts)
+            release(h, row, node, text, attempts)
             return self._result(row.key, "failed", text, lag)
         p = row.event
         iid = row.instance_id
@@ -391,17 +394,17 @@ class Outbox:
                           "platform", row.send_id, invokeid=p.get("invokeid"))
 
         def unit(u: Unit) -> None:
-            e = h._load(u, iid)
+            e = load(h, u, iid)
             if e is None or e.position is None:
                 return
-            h._drop_ref(e, row.ordinal)
+            drop_ref(e, row.ordinal)
             if row.kind == INVOKE:
                 u.answered.add((iid, p["invokeid"]))
             if e.position.status == RUNNING:
                 u.queue.append((iid, error, row.caller_context))
                 h._drain(u)
         try:
-            h._run(unit, completion=lambda _: TimerCompletion(row.key, None, None, node, DEAD, text))
+            run(h, unit, completion=lambda _: TimerCompletion(row.key, None, None, node, DEAD, text))
         except AlreadyDone:
             return self._result(row.key, "skipped", "completed elsewhere", lag)
         h.metrics.add("dead")
@@ -419,7 +422,7 @@ class Outbox:
         found: list[TimerKey | None] = [None]
 
         def unit(u: Unit) -> tuple[str, str | None, TimerCompletion | None]:
-            e = h._load(u, iid)
+            e = load(h, u, iid)
             if e is None or e.position is None:
                 if node is None:  # complete_invoke/fail_invoke: the caller named no instance
                     raise InstanceNotFound(iid)
@@ -430,7 +433,7 @@ class Outbox:
             pos = e.position
             if gen is not None and key is not None and live == gen and pos.status == RUNNING and \
                     any(i.invokeid == invokeid for i in pos.invocations):
-                h._drop_ref(e, gen)
+                drop_ref(e, gen)
                 u.answered.add((iid, invokeid))
                 u.queue.append((iid, event, ctx))
                 h._drain(u)
@@ -455,7 +458,7 @@ class Outbox:
                 u.puts[key] = replace(row, outcome="discarded", reason=f"{reason} (after: {row.reason})")
             return "discarded", reason, None
         try:
-            outcome, reason, _ = h._run(unit, completion=lambda r: r[2])
+            outcome, reason, _ = run(h, unit, completion=lambda r: r[2])
         except AlreadyDone:
             return self._result(found[0], "discarded", "result discarded: the invocation had already finished", lag)
         if outcome == "discarded":

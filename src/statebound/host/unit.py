@@ -1,7 +1,7 @@
 """The working set of one host call: the records it loaded and what it will commit.
 
-Shared by ``host.py`` (which builds and commits it) and ``outbox.py`` (which adds outbox
-rows to it); nothing here does I/O.
+Built and committed by ``runner.py``, filled by ``delivery.py``, ``children.py`` and
+``outbox.py`` (which adds outbox rows to it); nothing here does I/O.
 """
 
 from __future__ import annotations

@@ -1,0 +1,100 @@
+"""Firing a claimed timer row: the unit that delivers it, its completion, and a failed delivery.
+
+A fire is one unit of work (``runner.py``): check that the row is still live (its target
+and scheduling instance exist and run, a named timeout was not re-armed, the instance is
+not suspended), deliver its event, and complete the row in the **same** commit, which
+fails if someone else completed it first, so a row fires once. A delivery that raises
+releases the row with exponential backoff, or parks it as dead after ``max_attempts``.
+Outbox rows are fired by ``outbox.py``.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
+
+from ..events import Event
+from ..interpreter.state import RUNNING
+from .delivery import drop_ref
+from .runner import load, wake
+from .store import SUSPENDED, TIMER, TimerCompletion, TimerRef, TimerRow
+from .unit import FireResult, Unit
+
+if TYPE_CHECKING:
+    from .host import Host
+
+__all__ = ["fire_unit", "fire_completion", "fire_failed", "release", "count"]
+
+log = logging.getLogger("statebound")
+
+
+def fire_unit(h: Host, row: TimerRow) -> Any:
+    """The unit of work that fires a timer row (``None`` for an outbox row): returns
+    ``(outcome, reason)`` for the row's completion."""
+    if row.kind != TIMER:
+        return None
+
+    def unit(u: Unit) -> tuple[str, str | None]:
+        u.protected = row.key
+        u.call = {"op": "fire", "instance": row.target_id, "timer": [row.instance_id, row.ordinal],
+                  "caller_context": row.caller_context}
+        sched = load(h, u, row.instance_id)
+        target = sched if row.target_id == row.instance_id else load(h, u, row.target_id)
+        outcome, reason = "fired", None
+        if sched is not None:
+            drop_ref(sched, row.ordinal)
+        if target is None or target.position is None:
+            outcome, reason = "discarded", f"instance {row.target_id!r} not found"
+        elif target.position.status != RUNNING:
+            outcome, reason = "discarded", f"instance {row.target_id!r} is {target.position.status}"
+        elif sched is None or sched.position is None:
+            outcome, reason = "discarded", f"scheduling instance {row.instance_id!r} not found"
+        elif sched.position.status != RUNNING and row.target_id != row.instance_id:
+            outcome, reason = "discarded", f"scheduling instance {row.instance_id!r} is {sched.position.status}"
+        elif row.name is not None and not any(
+                t.name == row.name and t.ordinal == row.ordinal for t in sched.position.timeouts):
+            outcome, reason = "stale", f"timeout {row.name!r} was re-armed or cancelled since ordinal {row.ordinal}"
+        elif sched.suspended:
+            # claimed before the suspend parked it: park it now, in place, name and all
+            sched.refs.append(TimerRef(row.ordinal, row.send_id, row.name))
+            sched.dirty = True   # the position write makes this conditional on the suspend
+            u.puts[row.key] = replace(row, state=SUSPENDED, claimed_by=None, claim_expires_ms=None)
+            outcome, reason = "parked", f"instance {row.instance_id!r} is suspended"
+        else:
+            u.queue.append((row.target_id, Event.from_dict(row.event), row.caller_context))
+            h._drain(u)
+        return outcome, reason
+    return unit
+
+
+def fire_completion(row: TimerRow, node: str, result: tuple[str, str | None]) -> TimerCompletion | None:
+    """How a fire's commit finishes its row (a row parked for a suspended instance is
+    rewritten in place instead)."""
+    return None if result[0] == "parked" else TimerCompletion(row.key, result[0], result[1], node)
+
+
+def fire_failed(h: Host, row: TimerRow, node: str, exc: Exception, lag: int) -> FireResult:
+    """A timer's delivery failed: release the row with backoff, or park it as dead."""
+    release(h, row, node, f"{type(exc).__name__}: {exc}", row.attempts + 1)
+    return FireResult(row.key, "failed", str(exc), lag)
+
+
+def release(h: Host, row: TimerRow, node: str, error: str, attempts: int) -> None:
+    """A failed delivery: back off exponentially, or park the row after ``max_attempts``."""
+    dead = attempts >= h.max_attempts
+    delay = h.backoff_ms * (2 ** (attempts - 1))
+    retry_at = h.clock.now_ms() + delay
+    h.store.release(row.key, node, error=error, next_attempt_at_ms=retry_at, dead=dead)
+    if not dead:
+        wake(h, [(row.key, max(retry_at, row.due_at_ms))])
+    count(h, "failed")
+    if dead:
+        count(h, "dead")
+    log.warning("row %s delivery failed (attempt %d%s): %s", row.key, attempts,
+                ", parked as dead" if dead else "", error)
+
+
+def count(h: Host, outcome: str) -> None:
+    """Count one row outcome in ``host.metrics``."""
+    h.metrics.add(outcome)

@@ -1,0 +1,169 @@
+"""The unit of work: run one host call, build its commit, write it, retry on conflict.
+
+A unit (``unit.py``) is a function of a fresh :class:`~statebound.host.unit.Unit`: it
+loads what it needs through :func:`load`, delivers (``delivery.py``) and returns the
+call's result. :func:`run` gives it one CPU and memory budget, builds the commit from
+what it changed (:func:`build_commit`), writes it with one ``store.commit`` and, on a
+``ConflictError``, reloads and re-runs the whole unit (the interpreter is deterministic,
+so re-running is safe). After the commit lands it asks the wake-up backend to fire the
+rows it wrote and hands new outbox rows over (``outbox.py``).
+
+``batch.py`` runs the same units through :func:`attempt` and writes several commits in
+one store transaction.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+from ..datamodel.budget import Budget
+from ..exceptions import ConflictError, InstanceExists
+from ..interpreter import Position
+from . import history as history_mod
+from .routing import restamp, stamp
+from .store import (CLAIMED, DEAD, DONE, PENDING, SUSPENDED, Commit, PositionRecord, PositionWrite,
+                    TimerCompletion, TimerKey)
+from .unit import AlreadyDone, Entry, Unit
+from .wakeup import wakeups_for
+
+if TYPE_CHECKING:
+    from .host import Host
+
+__all__ = ["run", "attempt", "build_commit", "load", "fetch", "wake", "result"]
+
+log = logging.getLogger("statebound")
+
+
+def run(h: Host, fn: Any, *, creating: str | None = None, completion: Any = None,
+        retry_create: bool = False) -> Any:
+    """Run unit ``fn`` to a landed commit and return its result.
+
+    :param creating: the instance a start creates: a conflict on it is ``InstanceExists``
+        (unless ``retry_create``: a start with an idempotency key re-runs and finds it).
+    :param completion: ``completion(result)``, the :class:`TimerCompletion` the commit carries.
+    :raises AlreadyDone: the row being completed was finished by someone else.
+    """
+    last: ConflictError | None = None
+    # one budget for the call, retries included: a retry re-runs the same drives
+    budget = Budget(h.max_cpu_ms, h.max_memory_bytes).start()
+    for n in range(h.max_conflict_retries):
+        if n:
+            # Writers that collided retry at once and collide again; a random pause,
+            # growing with each attempt, spreads them out (full jitter).
+            time.sleep(h._random.uniform(0, min(h.conflict_backoff_s * (2 ** n), 0.25)))
+        u, res, commit = attempt(h, fn, completion, None, budget)
+        try:
+            if not commit.empty:
+                h.store.commit(commit)
+                h.metrics.add("commits")
+        except ConflictError as exc:
+            h.metrics.add("conflicts")
+            last = exc
+            if creating is not None and exc.instance_id == creating and not retry_create:
+                raise InstanceExists(creating) from None
+            c = commit.complete
+            if c is not None:
+                # a row finished by someone else cannot be finished by a retry
+                cur = h.store.get_timer(c.key)
+                if cur is None or cur.state in (DONE, DEAD) or (
+                        c.node_id is not None and cur.state == CLAIMED and cur.claimed_by not in (None, c.node_id)):
+                    raise AlreadyDone() from None
+            continue
+        wake(h, ((r.key, r.ready_at_ms) for r in commit.timers_put
+                 if r.state == PENDING and r.key not in u.deliver))   # handed over below instead
+        if u.deliver:
+            h._outbox.after_commit([r for r in commit.timers_put if r.key in u.deliver])
+        return res
+    assert last is not None
+    raise last
+
+
+def attempt(h: Host, fn: Any, completion: Any, cache: dict[str, PositionRecord | None] | None = None,
+            budget: Budget | None = None) -> tuple[Unit, Any, Commit]:
+    """Run a unit once, from fresh loads (or ``cache``, in a batch), and build its commit.
+
+    ``budget`` is the call's (``run`` shares one across retries); a unit of a group gets
+    its own, started now, since a budget counts this thread's CPU from its start."""
+    if budget is None:
+        budget = Budget(h.max_cpu_ms, h.max_memory_bytes).start()
+    u = Unit(cache=cache, budget=budget)
+    res = fn(u)
+    return u, res, build_commit(h, u, completion(res) if completion else None)
+
+
+def wake(h: Host, due: Iterable[tuple[TimerKey, int]]) -> None:
+    """Ask the wake-up backend to fire these rows ``(key, ready_at_ms)`` on time. Runs
+    after a commit landed, so a failure is logged, never raised: the rows are the truth."""
+    if h.wakeup is None:
+        return
+    now = h.clock.now_ms()
+    requests = wakeups_for(due, now, h.wakeup.horizon_ms)
+    if requests:
+        try:
+            h.wakeup.request(requests, now)
+        except Exception as exc:  # the sweeper's fallback read will find the rows
+            log.warning("wake-up request for %d row(s) failed: %s", len(requests), exc)
+
+
+def build_commit(h: Host, u: Unit, completion: TimerCompletion | None) -> Commit:
+    """Everything unit ``u`` changed, as one :class:`Commit`."""
+    writes = []
+    for iid, e in u.entries.items():
+        if e.deleted:
+            if e.record is not None:
+                writes.append(PositionWrite(iid, e.chart_name, e.record.version, None, "deleted"))
+            continue
+        if not e.dirty:
+            continue
+        assert e.position is not None
+        blob = e.position.to_bytes(h.codec)
+        writes.append(PositionWrite(iid, e.chart_name, None if e.record is None else e.record.version, blob,
+                                    SUSPENDED if e.suspended else e.position.status, tuple(e.refs), e.parent,
+                                    tuple(e.keys)))
+    if h._tracing is not None:
+        called = u.entries.get(u.call.get("instance", ""))
+        if called is not None and called.position is not None:
+            h._tracing.note(called.chart_name, called.position.chart.identity)
+    deleted = {iid for iid, e in u.entries.items() if e.deleted}
+    puts = tuple(r for r in u.puts.values() if r.instance_id not in deleted)
+    dels = tuple(k for k in dict.fromkeys(u.deletes) if k[0] not in deleted and k != u.protected)
+    if h.history is None:
+        return Commit(tuple(writes), puts, dels, completion)
+    return Commit(tuple(writes), puts, dels, completion,
+                  history_mod.records(h.history, u, writes, h.clock.now_ms()), h.history.keep, True)
+
+
+def load(h: Host, u: Unit, instance_id: str) -> Entry | None:
+    """The instance as unit ``u`` sees it (loaded once per unit), or ``None`` if it does not exist."""
+    e = u.entries.get(instance_id)
+    if e is not None:
+        return None if e.deleted else e
+    rec = fetch(h, u, instance_id)
+    if rec is None:
+        u.missing.add(instance_id)
+        return None
+    pos = Position.from_bytes(rec.blob, h._chart_for_blob(rec.chart, rec.blob))
+    e = Entry(rec, stamp(h, u, pos), rec.chart, list(rec.timers), rec.parent, keys=list(rec.idempotency),
+              suspended=rec.status == SUSPENDED)
+    if h.history is not None:
+        e.steps = []
+    u.entries[instance_id] = e
+    return e
+
+
+def fetch(h: Host, u: Unit, instance_id: str) -> PositionRecord | None:
+    """An instance's stored record: read ahead by a batch, else loaded now."""
+    cache = u.cache
+    if cache is not None and instance_id in cache:
+        return cache[instance_id]
+    return h.store.load(instance_id)
+
+
+def result(u: Unit, instance_id: str) -> Position:
+    """The position a call returns: the instance's, without the unit's per-driver fields."""
+    e = u.entries[instance_id]
+    assert e.position is not None
+    return restamp(e.position)
