@@ -33,6 +33,7 @@ import logging
 import random
 from collections.abc import Iterable, Mapping
 from dataclasses import replace
+from functools import lru_cache
 from typing import Any
 from urllib.parse import quote
 
@@ -51,6 +52,7 @@ from .batch import FireJob, GroupCommit, SendJob, SendResult
 from .children import MAX_INVOKE_DEPTH, delete_instance, start_instance
 from .clock import Clock, SystemClock
 from .counters import Counters
+from .decoded import DecodedPositions
 from .idempotency import check_key, event_fingerprint, find_key, remember_key, start_fingerprint
 from .memory import MemoryStore
 from .migration import MigrationResult
@@ -186,6 +188,7 @@ class Host:
         self._charts: dict[str, Chart] = {}
         self._revisions: dict[str, dict[str, Chart]] = {}
         self._interpreters: dict[str, Interpreter] = {}   # by chart identity
+        self._decoded = DecodedPositions()
         #: counters a user can read: commits, conflicts, fired, discarded, stale, failed...
         #: (a dict; the host's threads add to it atomically, see ``counters.py``)
         self.metrics = Counters({"commits": 0, "conflicts": 0, "drives": 0, "budget_exhausted": 0})
@@ -455,7 +458,7 @@ class Host:
         rec = self.store.load(instance_id)
         if rec is None:
             raise InstanceNotFound(instance_id)
-        return Position.from_bytes(rec.blob, self._chart_for_blob(rec.chart, rec.blob))
+        return runner.decode(self, instance_id, rec.blob, rec.chart)
 
     def exists(self, instance_id: str) -> bool:
         """Whether the instance exists."""
@@ -633,7 +636,7 @@ class Host:
 
     def http_location(self, instance_id: str) -> str:
         """The Basic HTTP location of an instance (``POST`` events there)."""
-        return f"{self.http_base}/instances/{quote(instance_id, safe='')}/events"
+        return f"{self.http_base}/instances/{_quoted(instance_id)}/events"
 
     # ------------------------------------------------------------------ seams between the jobs
     # The unit closures, the outbox, routing and children reach each other through these,
@@ -646,6 +649,13 @@ class Host:
 
     def _apply(self, u: _Unit, iid: str, effects: tuple[Any, ...], ctx: Any) -> None:
         delivery.apply(self, u, iid, effects, ctx)
+
+
+@lru_cache(maxsize=4096)
+def _quoted(instance_id: str) -> str:
+    # Every load offers the instance its Basic HTTP location, and quote() costs more than
+    # the rest of building the offer: the hot instances' quoted ids are kept.
+    return quote(instance_id, safe="")
 
 
 def _batch_item(index: int, item: Any) -> tuple[str, Any, Any, Any]:

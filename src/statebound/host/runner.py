@@ -32,7 +32,7 @@ from .wakeup import wakeups_for
 if TYPE_CHECKING:
     from .host import Host
 
-__all__ = ["run", "attempt", "build_commit", "load", "fetch", "wake", "result"]
+__all__ = ["run", "attempt", "build_commit", "load", "decode", "fetch", "wake", "result"]
 
 log = logging.getLogger("statebound")
 
@@ -72,8 +72,9 @@ def run(h: Host, fn: Any, *, creating: str | None = None, completion: Any = None
                         c.node_id is not None and cur.state == CLAIMED and cur.claimed_by not in (None, c.node_id)):
                     raise AlreadyDone() from None
             continue
-        wake(h, ((r.key, r.ready_at_ms) for r in commit.timers_put
-                 if r.state == PENDING and r.key not in u.deliver))   # handed over below instead
+        if commit.timers_put and h.wakeup is not None:
+            wake(h, ((r.key, r.ready_at_ms) for r in commit.timers_put
+                     if r.state == PENDING and r.key not in u.deliver))   # handed over below instead
         if u.deliver:
             h._outbox.after_commit([r for r in commit.timers_put if r.key in u.deliver])
         return res
@@ -111,15 +112,20 @@ def wake(h: Host, due: Iterable[tuple[TimerKey, int]]) -> None:
 def build_commit(h: Host, u: Unit, completion: TimerCompletion | None) -> Commit:
     """Everything unit ``u`` changed, as one :class:`Commit`."""
     writes = []
+    deleted: set[str] = set()
+    codec = h.codec
     for iid, e in u.entries.items():
         if e.deleted:
+            deleted.add(iid)
             if e.record is not None:
                 writes.append(PositionWrite(iid, e.chart_name, e.record.version, None, "deleted"))
             continue
         if not e.dirty:
             continue
         assert e.position is not None
-        blob = e.position.to_bytes(h.codec)
+        blob = e.position.to_bytes(codec)
+        if codec == "msgpack":   # the next load of these bytes, if nobody writes in between, is this position
+            h._decoded.put(iid, blob, restamp(e.position))
         writes.append(PositionWrite(iid, e.chart_name, None if e.record is None else e.record.version, blob,
                                     SUSPENDED if e.suspended else e.position.status, tuple(e.refs), e.parent,
                                     tuple(e.keys)))
@@ -127,9 +133,9 @@ def build_commit(h: Host, u: Unit, completion: TimerCompletion | None) -> Commit
         called = u.entries.get(u.call.get("instance", ""))
         if called is not None and called.position is not None:
             h._tracing.note(called.chart_name, called.position.chart.identity)
-    deleted = {iid for iid, e in u.entries.items() if e.deleted}
-    puts = tuple(r for r in u.puts.values() if r.instance_id not in deleted)
-    dels = tuple(k for k in dict.fromkeys(u.deletes) if k[0] not in deleted and k != u.protected)
+    puts = tuple(r for r in u.puts.values() if r.instance_id not in deleted) if deleted else tuple(u.puts.values())
+    dels = tuple(k for k in dict.fromkeys(u.deletes) if k[0] not in deleted and k != u.protected) \
+        if u.deletes else ()
     if h.history is None:
         return Commit(tuple(writes), puts, dels, completion)
     return Commit(tuple(writes), puts, dels, completion,
@@ -145,13 +151,24 @@ def load(h: Host, u: Unit, instance_id: str) -> Entry | None:
     if rec is None:
         u.missing.add(instance_id)
         return None
-    pos = Position.from_bytes(rec.blob, h._chart_for_blob(rec.chart, rec.blob))
+    pos = decode(h, instance_id, rec.blob, rec.chart)
     e = Entry(rec, stamp(h, u, pos), rec.chart, list(rec.timers), rec.parent, keys=list(rec.idempotency),
               suspended=rec.status == SUSPENDED)
     if h.history is not None:
         e.steps = []
     u.entries[instance_id] = e
     return e
+
+
+def decode(h: Host, instance_id: str, blob: bytes, chart_name: str) -> Position:
+    """The position in a stored blob: the one this host kept for exactly these bytes
+    (``decoded.py``), else decoded and checked against its chart, and kept."""
+    chart = h._chart_for_blob(chart_name, blob)
+    pos = h._decoded.get(instance_id, blob, chart)
+    if pos is None:
+        pos = Position.from_bytes(blob, chart)
+        h._decoded.put(instance_id, blob, pos)
+    return pos
 
 
 def fetch(h: Host, u: Unit, instance_id: str) -> PositionRecord | None:
