@@ -239,6 +239,33 @@ def test_group_commit_keeps_a_commit_sqlite_refuses_to_its_own_slot(db_path):
         assert len(begins) == 1
 
 
+def test_group_commit_takes_a_savepoint_only_for_commits_of_several_statements(db_path):
+    """A plain event's commit is one UPDATE: SQLite undoes a failed statement by itself, so
+    it runs without a savepoint. A stale one still fails alone, and a commit of several
+    statements still gets its savepoint."""
+    with SQLiteStore(db_path) as store:
+        create(store, "a")
+        create(store, "b")
+        create(store, "c")
+        create(store, "d")
+        store.commit(Commit(writes=(update("b", 1, blob=b"b2"),)))       # b moves on elsewhere
+        statements = []
+        orig = store._execute
+        store._execute = lambda sql, params=(): (statements.append(sql.split()[0]), orig(sql, params))[1]
+        out = store.commit_many([
+            Commit(writes=(update("a", 1, blob=b"a2"),)),
+            Commit(writes=(update("b", 1, blob=b"stale"),)),
+            Commit(writes=(update("c", 1, blob=b"c2"),), timers_put=(timer("c", 1, 10),)),
+            Commit(writes=(PositionWrite("d", "c", None, b"again", "running"),)),   # d exists
+        ])
+        assert out[0] is None and out[2] is None
+        assert isinstance(out[1], ConflictError) and out[1].instance_id == "b"
+        assert isinstance(out[3], ConflictError) and out[3].instance_id == "d"
+        assert [store.load(i).blob for i in "abcd"] == [b"a2", b"b2", b"c2", b"blob-1"]
+        assert [r.key for r in store.pending_timers("c")] == [("c", 1)]
+        assert statements.count("SAVEPOINT") == 1 and statements.count("BEGIN") == 1
+
+
 # --------------------------------------------------------------------------- crash injection
 
 

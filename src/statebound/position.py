@@ -278,20 +278,24 @@ def _fields(pos: Position, data: Any, data_default: Any) -> list[Any]:
          pos.invoke_counter, pos.history, timeouts,
          [(i.invokeid, i.state, i.index, i.autoforward) for i in pos.invocations],
          pos.initialized, pos.parent, pos.invokeid]
+    # Trailing defaults are left out. Inline rather than a helper per field: this runs on
+    # every write, and most positions trail eight or more defaults.
     n = len(f)
-    while n > _V1_MIN and _is_default(n - 1, f[n - 1], data_default):
-        n -= 1
-    return f[:n]
-
-
-def _is_default(k: int, v: Any, data_default: Any) -> bool:
-    if k == 3:
-        return v == data_default
-    if 4 <= k <= 7:
-        return v == 0
-    if 8 <= k <= 11:
-        return not v  # an empty tuple or list, whichever the position holds
-    return v is None
+    while n > _V1_MIN:
+        k = n - 1
+        v = f[k]
+        if k >= 12:
+            default = v is None
+        elif k >= 8:
+            default = not v  # an empty tuple or list, whichever the position holds
+        elif k >= 4:
+            default = v == 0
+        else:
+            default = v == data_default
+        if not default:
+            break
+        n = k
+    return f if n == len(f) else f[:n]
 
 
 def to_bytes(pos: Position, codec: str = "msgpack") -> bytes:

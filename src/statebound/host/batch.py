@@ -242,6 +242,7 @@ class GroupCommit:
             if err is None:
                 if not commit.empty:
                     h.metrics.add("commits")
+                if commit.timers_put and h.wakeup is not None:
                     runner.wake(h, ((r.key, r.ready_at_ms) for r in commit.timers_put
                                     if r.state == PENDING and r.key not in u.deliver))   # as runner.run does
                 if u.deliver:

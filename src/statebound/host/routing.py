@@ -124,11 +124,13 @@ def stamp(h: Host, u: Unit, pos: Position) -> Position:
 def ioprocessors(h: Host, instance_id: str, *, trusted: bool = True) -> dict[str, Any] | None:
     """The ``_ioprocessors`` entries offered to an instance, beside the SCXML processor."""
     # every send processor is an I/O processor the chart may name (SCXML 5.10's _ioprocessors)
-    iop: dict[str, Any] = {name: {} for name in h.processors
-                           if trusted or name in h.untrusted_may_use}
+    # built afresh on every load: the chart's code gets this very dict as _ioprocessors
+    procs = h.processors
+    iop: dict[str, Any] = {name: {} for name in procs if trusted or name in h.untrusted_may_use} if procs else {}
     if h.http_base is not None:
         loc = {"location": h.http_location(instance_id)}
-        iop.update({BASICHTTP_PROCESSOR: loc, "basichttp": loc})
+        iop[BASICHTTP_PROCESSOR] = loc
+        iop["basichttp"] = loc
     return iop or None
 
 

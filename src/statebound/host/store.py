@@ -473,8 +473,10 @@ def commit_instance_ids(commit: Commit) -> set[str]:
     """Every instance id a commit keys on: positions written and timer rows put, deleted
     or completed (so a backend can check them all before it writes anything)."""
     ids = {w.instance_id for w in commit.writes}
-    ids.update(row.instance_id for row in commit.timers_put)
-    ids.update(key[0] for key in commit.timers_delete)
+    if commit.timers_put:   # most commits have no rows: skip building empty generators
+        ids.update(row.instance_id for row in commit.timers_put)
+    if commit.timers_delete:
+        ids.update(key[0] for key in commit.timers_delete)
     if commit.complete is not None:
         ids.add(commit.complete.key[0])
     return ids

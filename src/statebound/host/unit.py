@@ -33,7 +33,7 @@ class FireResult:
     lag_ms: int = 0
 
 
-@dataclass
+@dataclass(slots=True)
 class Entry:
     """One instance as the unit sees it: loaded (``record``) or created, and its pending edits."""
 
@@ -53,7 +53,7 @@ class Entry:
     started: dict[str, Any] | None = None
 
 
-@dataclass
+@dataclass(slots=True)
 class Unit:
     """The working set of one host call."""
 
