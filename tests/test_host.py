@@ -10,6 +10,7 @@ import sqlite3
 import threading
 import time
 from pathlib import Path
+from urllib.parse import unquote
 
 import pytest
 
@@ -798,3 +799,14 @@ def test_purge_done_deletes_completed_rows_only(tmp_path, kind):
     assert store.purge_done(due_before_ms=2000) == 1
     assert store.get_timer(("x", 1)) is None
     assert [r.event["name"] for r in host.pending_timers("x")] == ["b"]   # pending rows untouched
+
+
+@pytest.mark.parametrize("instance_id", ["order-1", "t00001", "a_b.c~d", "a b", "a/b", "ü", "100%", "a?b#c"])
+def test_the_basic_http_location_quotes_the_id_in_one_path_segment(instance_id):
+    host = sb.Host(http_base="http://h.example/")
+    loc = host.http_location(instance_id)
+    prefix, suffix = "http://h.example/instances/", "/events"
+    assert loc.startswith(prefix) and loc.endswith(suffix)
+    segment = loc[len(prefix):-len(suffix)]
+    assert "/" not in segment and "?" not in segment and "#" not in segment and " " not in segment
+    assert unquote(segment) == instance_id

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import logging
 import random
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from functools import lru_cache
@@ -636,7 +637,7 @@ class Host:
 
     def http_location(self, instance_id: str) -> str:
         """The Basic HTTP location of an instance (``POST`` events there)."""
-        return f"{self.http_base}/instances/{_quoted(instance_id)}/events"
+        return f"{self.http_base}/instances/{_location_id(instance_id)}/events"
 
     # ------------------------------------------------------------------ seams between the jobs
     # The unit closures, the outbox, routing and children reach each other through these,
@@ -651,11 +652,19 @@ class Host:
         delivery.apply(self, u, iid, effects, ctx)
 
 
+#: ids that quote() leaves as they are (RFC 3986 unreserved characters)
+_UNRESERVED = re.compile(r"[A-Za-z0-9_.~-]+").fullmatch
+
+
 @lru_cache(maxsize=4096)
 def _quoted(instance_id: str) -> str:
     # Every load offers the instance its Basic HTTP location, and quote() costs more than
-    # the rest of building the offer: the hot instances' quoted ids are kept.
+    # the rest of building the offer: plain ids skip it, other hot ones are kept.
     return quote(instance_id, safe="")
+
+
+def _location_id(instance_id: str) -> str:
+    return instance_id if _UNRESERVED(instance_id) else _quoted(instance_id)
 
 
 def _batch_item(index: int, item: Any) -> tuple[str, Any, Any, Any]:

@@ -32,7 +32,7 @@ from .wakeup import wakeups_for
 if TYPE_CHECKING:
     from .host import Host
 
-__all__ = ["run", "attempt", "build_commit", "load", "decode", "fetch", "wake", "result"]
+__all__ = ["run", "attempt", "build_commit", "load", "decode", "fetch", "wake", "result", "bare"]
 
 log = logging.getLogger("statebound")
 
@@ -125,7 +125,7 @@ def build_commit(h: Host, u: Unit, completion: TimerCompletion | None) -> Commit
         assert e.position is not None
         blob = e.position.to_bytes(codec)
         if codec == "msgpack":   # the next load of these bytes, if nobody writes in between, is this position
-            h._decoded.put(iid, blob, restamp(e.position))
+            h._decoded.put(iid, blob, bare(e))
         writes.append(PositionWrite(iid, e.chart_name, None if e.record is None else e.record.version, blob,
                                     SUSPENDED if e.suspended else e.position.status, tuple(e.refs), e.parent,
                                     tuple(e.keys)))
@@ -181,6 +181,16 @@ def fetch(h: Host, u: Unit, instance_id: str) -> PositionRecord | None:
 
 def result(u: Unit, instance_id: str) -> Position:
     """The position a call returns: the instance's, without the unit's per-driver fields."""
-    e = u.entries[instance_id]
-    assert e.position is not None
-    return restamp(e.position)
+    return bare(u.entries[instance_id])
+
+
+def bare(e: Entry) -> Position:
+    """The entry's position without the unit's per-driver fields (made once per position)."""
+    pos = e.position
+    assert pos is not None
+    done = e.bare
+    if done is not None and done[0] is pos:
+        return done[1]
+    out = restamp(pos)
+    e.bare = (pos, out)
+    return out

@@ -51,6 +51,9 @@ class Entry:
     #: with history on: the effects summary, and for a start its data, parent and invokeid
     effects: dict[str, Any] | None = None
     started: dict[str, Any] | None = None
+    #: ``(position, the same without per-driver fields)``, made once for the call's result
+    #: and the host's table of decoded positions (``runner.py``)
+    bare: tuple[Position, Position] | None = None
 
 
 @dataclass(slots=True)
