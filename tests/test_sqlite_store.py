@@ -239,15 +239,19 @@ def test_group_commit_keeps_a_commit_sqlite_refuses_to_its_own_slot(db_path):
         assert len(begins) == 1
 
 
-def test_group_commit_takes_a_savepoint_only_for_commits_of_several_statements(db_path):
-    """A plain event's commit is one UPDATE: SQLite undoes a failed statement by itself, so
-    it runs without a savepoint. A stale one still fails alone, and a commit of several
-    statements still gets its savepoint."""
+def test_group_commit_takes_a_savepoint_only_for_commits_that_can_fail_after_a_write(db_path):
+    """A plain event's commit is one UPDATE, a fire's a completion check, an UPDATE and the
+    completion: whatever refuses them does so before their first write (SQLite undoes a
+    failed statement by itself), so they run without a savepoint, and a refused one still
+    leaves nothing behind. A commit with timer rows after its write keeps its savepoint."""
     with SQLiteStore(db_path) as store:
         create(store, "a")
         create(store, "b")
         create(store, "c")
         create(store, "d")
+        create(store, "e", timers_put=[timer("e", 1, 10)])
+        create(store, "f", timers_put=[timer("f", 1, 10)])
+        store.commit(Commit(complete=TimerCompletion(("e", 1), "fired")))      # fired elsewhere
         store.commit(Commit(writes=(update("b", 1, blob=b"b2"),)))       # b moves on elsewhere
         statements = []
         orig = store._execute
@@ -257,12 +261,16 @@ def test_group_commit_takes_a_savepoint_only_for_commits_of_several_statements(d
             Commit(writes=(update("b", 1, blob=b"stale"),)),
             Commit(writes=(update("c", 1, blob=b"c2"),), timers_put=(timer("c", 1, 10),)),
             Commit(writes=(PositionWrite("d", "c", None, b"again", "running"),)),   # d exists
+            Commit(writes=(update("e", 1, blob=b"e2"),), complete=TimerCompletion(("e", 1), "fired")),
+            Commit(writes=(update("f", 1, blob=b"f2"),), complete=TimerCompletion(("f", 1), "fired")),
         ])
-        assert out[0] is None and out[2] is None
+        assert out[0] is None and out[2] is None and out[5] is None
         assert isinstance(out[1], ConflictError) and out[1].instance_id == "b"
         assert isinstance(out[3], ConflictError) and out[3].instance_id == "d"
-        assert [store.load(i).blob for i in "abcd"] == [b"a2", b"b2", b"c2", b"blob-1"]
+        assert isinstance(out[4], ConflictError)
+        assert [store.load(i).blob for i in "abcdef"] == [b"a2", b"b2", b"c2", b"blob-1", b"blob-1", b"f2"]
         assert [r.key for r in store.pending_timers("c")] == [("c", 1)]
+        assert store.get_timer(("f", 1)) is None or store.get_timer(("f", 1)).state == DONE
         assert statements.count("SAVEPOINT") == 1 and statements.count("BEGIN") == 1
 
 

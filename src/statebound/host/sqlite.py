@@ -290,11 +290,14 @@ def _encode(commit: Commit) -> _Encoded:
             [(h, pack_history(h)) for h in commit.history])
 
 
-def _one_statement(commit: Commit) -> bool:
-    """Whether :meth:`SQLiteStore._apply` runs exactly one write statement for ``commit``:
-    one position insert or update (a delete also purges rows), and nothing else."""
-    return (len(commit.writes) == 1 and commit.writes[0].blob is not None and not commit.timers_put
-            and not commit.timers_delete and commit.complete is None and not commit.history)
+def _refused_before_writing(commit: Commit) -> bool:
+    """Whether every statement of ``commit`` that can refuse it runs before its first write:
+    a completion check (a read), then at most one position insert or update, which either
+    writes or refuses (a delete also purges rows), then the completion, which cannot fail.
+    Timer rows put or deleted and history records come after the position write and can
+    fail (a key past 64 bits), so they need a savepoint."""
+    return (len(commit.writes) <= 1 and all(w.blob is not None for w in commit.writes)
+            and not commit.timers_put and not commit.timers_delete and not commit.history)
 
 
 _POSITION_COLS = "instance_id, chart, version, blob, status, timers, parent, idempotency"
@@ -554,9 +557,8 @@ class SQLiteStore:
     def commit(self, commit: Commit) -> None:
         """Apply the commit in one transaction, or raise and write nothing.
 
-        Order (the same as MemoryStore's): position writes, each conditional on its
-        expected version; the completion check, against the timer rows as they were
-        before this commit; then purges of deleted instances' timers, ``timers_delete``,
+        Order: the completion check, against the timer rows as they were before this
+        commit; position writes, each conditional on its expected version; then purges of deleted instances' timers, ``timers_delete``,
         ``timers_put`` (an upsert) and the completion (to ``done``, ``waiting`` or
         ``dead``).
 
@@ -595,9 +597,9 @@ class SQLiteStore:
         """Group commit: apply many commits in **one** transaction (one fsync), each all or
         nothing on its own.
 
-        Each commit runs inside a savepoint; one whose condition fails (or whose values
-        cannot be stored) is rolled back to it, gets its error in its slot, and the others
-        go on. A crash anywhere before the final ``COMMIT`` applies none of them.
+        Each commit runs inside a savepoint (unless every check that can refuse it runs
+        before its first write); one whose condition fails (or whose values cannot be
+        stored) is rolled back to it, gets its error in its slot, and the others go on. A crash anywhere before the final ``COMMIT`` applies none of them.
 
         :return: one slot per commit, ``None`` if it was applied, else its error.
         :raises StoreUnavailable: the transaction itself failed (locked past the busy
@@ -616,10 +618,11 @@ class SQLiteStore:
             return out
         with self._write():
             for i, commit, encoded in todo:
-                if _one_statement(commit):
+                if _refused_before_writing(commit):
                     # A statement that fails leaves nothing behind (SQLite undoes a failed
-                    # statement on its own), so a commit of one statement, a plain event's
-                    # position update, needs no savepoint: two statements fewer per item.
+                    # statement on its own), so a commit refused before its first write (a
+                    # plain event's or a timer fire's) needs no savepoint: two statements
+                    # fewer per item.
                     try:
                         self._apply(commit, encoded)
                     except (ConflictError, OverflowError, sqlite3.IntegrityError) as exc:
@@ -637,14 +640,16 @@ class SQLiteStore:
     def _apply(self, commit: Commit, encoded: _Encoded) -> None:
         """The statements of one commit, inside a transaction the caller holds."""
         writes, puts, history = encoded
+        c = commit.complete
+        if c is not None:
+            # First: it reads only timer rows, which the position writes leave alone, and a
+            # refusal before any write leaves nothing to undo (see _refused_before_writing)
+            self._check_completion(c.key, c.node_id)
         purged: list[str] = []
         for w, packed in writes:
             self._write_position(w, packed)
             if w.blob is None:
                 purged.append(w.instance_id)
-        c = commit.complete
-        if c is not None:
-            self._check_completion(c.key, c.node_id)
         for instance_id in purged:
             self._execute("DELETE FROM timers WHERE instance_id = ?", (instance_id,))
             self._execute("DELETE FROM history WHERE instance_id = ?", (instance_id,))
