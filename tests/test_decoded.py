@@ -109,3 +109,14 @@ def test_the_table_keeps_the_most_recently_used_up_to_its_size():
     assert table.get("c", kept["c"][0], chart) is kept["c"][1]
     assert table.get("c", kept["a"][0], chart) is None                 # other bytes
     assert table.get("c", kept["c"][0], sb.Chart.from_scxml(COUNTER)) is None   # another chart object
+
+
+def test_a_call_that_writes_nothing_keeps_what_it_decoded(decodes):
+    store = sb.MemoryStore()
+    writer = _host(store)
+    writer.start("counter", "c")
+    writer.send("c", "inc", idempotency_key="k1")
+    reader = _host(store)
+    for _ in range(3):            # repeats of an applied key: nothing is written
+        assert reader.send("c", "inc", idempotency_key="k1").datamodel["n"] == 1
+    assert len(decodes) == 1      # the first repeat decoded; the others found it kept

@@ -121,6 +121,8 @@ def build_commit(h: Host, u: Unit, completion: TimerCompletion | None) -> Commit
                 writes.append(PositionWrite(iid, e.chart_name, e.record.version, None, "deleted"))
             continue
         if not e.dirty:
+            if e.decoded and e.record is not None:   # kept now, not at the load: most loads are rewritten
+                h._decoded.put(iid, e.record.blob, bare(e))
             continue
         assert e.position is not None
         blob = e.position.to_bytes(codec)
@@ -151,9 +153,14 @@ def load(h: Host, u: Unit, instance_id: str) -> Entry | None:
     if rec is None:
         u.missing.add(instance_id)
         return None
-    pos = decode(h, instance_id, rec.blob, rec.chart)
-    e = Entry(rec, stamp(h, u, pos), rec.chart, list(rec.timers), rec.parent, keys=list(rec.idempotency),
-              suspended=rec.status == SUSPENDED)
+    chart = h._chart_for_blob(rec.chart, rec.blob)
+    pos = h._decoded.get(instance_id, rec.blob, chart)
+    decoded = pos is None
+    if pos is None:
+        pos = Position.from_bytes(rec.blob, chart)
+    stamped = stamp(h, u, pos)
+    e = Entry(rec, stamped, rec.chart, list(rec.timers), rec.parent, keys=list(rec.idempotency),
+              suspended=rec.status == SUSPENDED, bare=(stamped, pos), decoded=decoded)
     if h.history is not None:
         e.steps = []
     u.entries[instance_id] = e

@@ -54,6 +54,9 @@ class Entry:
     #: ``(position, the same without per-driver fields)``, made once for the call's result
     #: and the host's table of decoded positions (``runner.py``)
     bare: tuple[Position, Position] | None = None
+    #: the position was decoded from ``record`` in this unit (not found among the host's
+    #: kept positions); it is kept when the unit does not rewrite it
+    decoded: bool = False
 
 
 @dataclass(slots=True)
