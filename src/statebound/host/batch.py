@@ -195,7 +195,10 @@ class GroupCommit:
                     job.failed(exc)
                     i += 1
                     continue
-                mine = set(u.entries) | u.missing | commit_instance_ids(commit)
+                mine = commit_instance_ids(commit)   # a fresh set: add the rest to it
+                mine.update(u.entries)
+                if u.missing:
+                    mine |= u.missing
                 if not touched.isdisjoint(mine):
                     break               # routed into the group's instances: run it again after
                 touched |= mine

@@ -103,6 +103,8 @@ def drop_ref(e: Entry, ordinal: int) -> None:
 
 def apply(h: Host, u: Unit, iid: str, effects: tuple[Any, ...], ctx: Any) -> None:
     """Turn the effects of one drive of ``iid`` into the unit's queue, rows and children."""
+    if not effects:   # most drives of a batch: a history record reads no summary as an empty one
+        return
     e = u.entries[iid]
     pos = e.position
     assert pos is not None
