@@ -120,3 +120,23 @@ def test_a_call_that_writes_nothing_keeps_what_it_decoded(decodes):
     for _ in range(3):            # repeats of an applied key: nothing is written
         assert reader.send("c", "inc", idempotency_key="k1").datamodel["n"] == 1
     assert len(decodes) == 1      # the first repeat decoded; the others found it kept
+
+
+def test_the_table_keeps_no_more_bytes_than_its_bound():
+    chart = sb.Chart.from_scxml(COUNTER)
+    interp = sb.Interpreter(chart)
+    kept = {}
+    for iid in "abcd":
+        pos, _ = interp.start(iid)
+        kept[iid] = (pos.to_bytes(), pos)
+    one = len(kept["a"][0]) + len(kept["a"][1].data)
+    table = DecodedPositions(size=100, max_bytes=2 * one)
+    for iid in "abc":
+        table.put(iid, *kept[iid])
+    assert table.nbytes == 2 * one
+    assert table.get("a", kept["a"][0], chart) is None and table.get("c", kept["c"][0], chart) is kept["c"][1]
+    table.put("c", *kept["c"])                    # kept again: counted once
+    assert table.nbytes == 2 * one
+    tiny = DecodedPositions(size=100, max_bytes=one - 1)
+    tiny.put("d", *kept["d"])                     # larger than the whole bound: not kept
+    assert tiny.get("d", kept["d"][0], chart) is None and tiny.nbytes == 0

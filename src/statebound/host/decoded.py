@@ -11,8 +11,9 @@ decode. The comparison is of the whole blob, never a version number: bytes writt
 another host, a migration or a restore differ and are decoded and checked as before.
 
 Only msgpack blobs are kept: a cbor blob re-packs the datamodel on decode, so its bytes
-are not the position's own. The table is bounded (least recently used goes first) and
-locked, since one host may serve several threads.
+are not the position's own. The table is bounded in entries and in bytes (a kept blob and
+its position's datamodel are counted; least recently used goes first), so large
+positions cannot pile up, and locked, since one host may serve several threads.
 """
 
 from __future__ import annotations
@@ -22,20 +23,25 @@ import threading
 from ..chart.model import Chart
 from ..interpreter import Position
 
-__all__ = ["DecodedPositions", "DEFAULT_SIZE"]
+__all__ = ["DecodedPositions", "DEFAULT_SIZE", "DEFAULT_BYTES"]
 
 #: how many instances' positions a host keeps: the working set of a batch (100 by
-#: default) several times over, and small enough that large datamodels cannot pile up
+#: default) several times over
 DEFAULT_SIZE = 1024
+#: and how many bytes of blobs and datamodels, whichever bound comes first
+DEFAULT_BYTES = 32 * 1024 * 1024
 
 
 class DecodedPositions:
     """``instance id -> (blob, position)`` for the last blob this host wrote or read."""
 
-    __slots__ = ("_lock", "_table", "size")
+    __slots__ = ("_lock", "_table", "max_bytes", "nbytes", "size")
 
-    def __init__(self, size: int = DEFAULT_SIZE) -> None:
+    def __init__(self, size: int = DEFAULT_SIZE, max_bytes: int = DEFAULT_BYTES) -> None:
         self.size = size
+        self.max_bytes = max_bytes
+        #: the bytes kept now: every kept blob and its position's datamodel
+        self.nbytes = 0
         self._lock = threading.Lock()
         self._table: dict[str, tuple[bytes, Position]] = {}
 
@@ -50,15 +56,24 @@ class DecodedPositions:
         return pos
 
     def put(self, instance_id: str, blob: bytes, pos: Position) -> None:
-        """Keep ``pos`` as the decode of ``blob``; drops the least recently kept past ``size``."""
+        """Keep ``pos`` as the decode of ``blob``; drops the least recently kept past ``size``
+        entries or ``max_bytes`` bytes (a position larger than that alone is not kept)."""
+        cost = len(blob) + len(pos.data)
         table = self._table
         with self._lock:
-            table.pop(instance_id, None)   # re-inserted last: the dict's order is the recency
+            old = table.pop(instance_id, None)   # re-inserted last: the dict's order is the recency
+            if old is not None:
+                self.nbytes -= len(old[0]) + len(old[1].data)
+            if cost > self.max_bytes:
+                return
             table[instance_id] = (blob, pos)
-            if len(table) > self.size:
-                del table[next(iter(table))]
+            self.nbytes += cost
+            while len(table) > self.size or self.nbytes > self.max_bytes:
+                gone = table.pop(next(iter(table)))
+                self.nbytes -= len(gone[0]) + len(gone[1].data)
 
     def clear(self) -> None:
         """Forget every kept position."""
         with self._lock:
             self._table.clear()
+            self.nbytes = 0
