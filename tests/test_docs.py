@@ -83,6 +83,43 @@ def test_the_readme_links_every_doc_and_the_adr_index():
     assert {f"docs/{p.name}" for p in (ROOT / "docs").glob("*.md")} | {"docs/adr/"} <= linked
 
 
+def _headings(text: str) -> list[str]:
+    """The headings of a page, outside fenced code, as written."""
+    out, fenced = [], False
+    for line in text.splitlines():
+        if line.strip().startswith("```"):
+            fenced = not fenced
+        elif not fenced and re.match(r"#{1,6} ", line):
+            out.append(line)
+    return out
+
+
+def _slug(heading: str) -> str:
+    """GitHub's anchor for a heading: lower case, punctuation dropped, spaces to hyphens."""
+    title = heading.lstrip("#").strip().lower()
+    return re.sub(r"[^\w\- ]", "", title).replace(" ", "-")
+
+
+@pytest.mark.parametrize("doc", DOCS, ids=_rel)
+def test_no_page_repeats_a_heading_and_every_anchor_lands(doc):
+    text = doc.read_text()
+    headings = _headings(text)
+    repeated = sorted({h for h in headings if headings.count(h) > 1})
+    assert not repeated, f"{_rel(doc)}: headings written twice: {repeated}"
+    for target in re.findall(r"\]\(([^)\s]*#[^)\s]+)\)", text):
+        page, anchor = target.split("#", 1)
+        if page.startswith(("http://", "https://")):
+            continue
+        where = doc.parent / page if page else doc
+        slugs = {_slug(h) for h in _headings(where.read_text())}
+        assert anchor in slugs, f"{_rel(doc)}: link {target} names no heading of {where.name}"
+
+
+def test_the_heading_check_can_fail():
+    assert _slug("### `src` containment (every chart)") == "src-containment-every-chart"
+    assert _headings("# A\n```\n# not a heading\n```\n## B") == ["# A", "## B"]
+
+
 @pytest.mark.parametrize("doc", DOCS, ids=_rel)
 def test_links_and_paths_lead_to_files(doc):
     text = doc.read_text()
