@@ -43,7 +43,7 @@ from typing import Any
 
 from ..exceptions import ConflictError, StateboundError, StoreError, StoreUnavailable
 from .store import (CLAIMED, DEAD, DONE, PENDING, TIMER, Commit, HistoryRecord, KeyRecord, PositionRecord,
-                    PositionWrite, TimerKey, TimerRef, TimerRow, check_instance_id, commit_instance_ids,
+                    PositionWrite, TimerCompletion, TimerKey, TimerRef, TimerRow, check_instance_id, commit_instance_ids,
                     pack_field, pack_history, unpack_field, unpack_history)
 
 __all__ = ["SQLiteStore", "SCHEMA_VERSION"]
@@ -182,14 +182,24 @@ _SQL_PUT_TIMER = f"""
     VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"""
 
 # One statement for every completion: done, waiting or dead (the last counts the attempt).
-_SQL_COMPLETE = f"""
+_SQL_COMPLETE_SET = f"""
     UPDATE timers
        SET state = ?, outcome = ?, reason = ?, claimed_by = NULL, claim_expires_ms = NULL,
            attempts = attempts + (? = '{DEAD}'), last_error = ifnull(?, last_error)
-     WHERE instance_id = ? AND ordinal = ?"""
+     WHERE """
+_SQL_COMPLETE = _SQL_COMPLETE_SET + "instance_id = ? AND ordinal = ?"
 
 # Well under SQLite's smallest host-parameter limit (999 before 3.32).
 _IN_CHUNK = 500
+#: timer keys per statement: two parameters each
+_KEY_CHUNK = _IN_CHUNK // 2
+
+
+
+def _keys_table(n: int) -> str:
+    """``n`` timer keys as a table ``k(column1, column2)``, joined to ``timers`` by its
+    primary key (``(instance_id, ordinal) IN (VALUES ...)`` would scan the whole table)."""
+    return f"(VALUES {', '.join(['(?, ?)'] * n)}) AS k"
 
 
 # ----------------------------------------------------------------------------- boundary
@@ -617,30 +627,83 @@ class SQLiteStore:
         if not todo:
             return out
         with self._write():
+            # The commits touch disjoint instances, so no commit of the group changes a row
+            # another one completes: every completion check reads what it would have read
+            # just before its own commit, in one statement for the group instead of one each.
+            claimable = self._claimable([c.complete for _, c, _ in todo if c.complete is not None])
+            finish: list[TimerCompletion] = []
             for i, commit, encoded in todo:
+                c = commit.complete
+                if c is not None and not claimable.get(c.key, False):
+                    out[i] = ConflictError(f"timer {c.key} is no longer claimable")
+                    continue
                 if _refused_before_writing(commit):
                     # A statement that fails leaves nothing behind (SQLite undoes a failed
                     # statement on its own), so a commit refused before its first write (a
                     # plain event's or a timer fire's) needs no savepoint: two statements
                     # fewer per item.
                     try:
-                        self._apply(commit, encoded)
+                        self._apply(commit, encoded, checked=True)
                     except (ConflictError, OverflowError, sqlite3.IntegrityError) as exc:
                         out[i] = exc if isinstance(exc, ConflictError) else StoreError(f"commit not stored: {exc}")
-                    continue
-                self._execute("SAVEPOINT sb_one")
-                try:
-                    self._apply(commit, encoded)
-                except (ConflictError, OverflowError, sqlite3.IntegrityError) as exc:
-                    self._execute("ROLLBACK TO sb_one")
-                    out[i] = exc if isinstance(exc, ConflictError) else StoreError(f"commit not stored: {exc}")
-                self._execute("RELEASE sb_one")
+                        continue
+                else:
+                    self._execute("SAVEPOINT sb_one")
+                    try:
+                        self._apply(commit, encoded, checked=True)
+                    except (ConflictError, OverflowError, sqlite3.IntegrityError) as exc:
+                        self._execute("ROLLBACK TO sb_one")
+                        out[i] = exc if isinstance(exc, ConflictError) else StoreError(f"commit not stored: {exc}")
+                        self._execute("RELEASE sb_one")
+                        continue
+                    self._execute("RELEASE sb_one")
+                if c is not None:
+                    finish.append(c)
+            # The completions of the commits that landed, last as in a single commit, one
+            # statement per kind of completion (a fire's is nearly always ``done``/``fired``)
+            # instead of one each: they cannot fail, and touch rows no other commit does.
+            self._complete_many(finish)
         return out
 
-    def _apply(self, commit: Commit, encoded: _Encoded) -> None:
-        """The statements of one commit, inside a transaction the caller holds."""
+    def _claimable(self, completions: Sequence[TimerCompletion]) -> dict[TimerKey, bool]:
+        """Whether each completion's row may be completed (``_check_completion`` for many)."""
+        out: dict[TimerKey, bool] = {}
+        nodes = {c.key: c.node_id for c in completions}
+        keys = list(nodes)
+        for k in range(0, len(keys), _KEY_CHUNK):
+            chunk = keys[k:k + _KEY_CHUNK]
+            rows = self._execute(
+                f"SELECT t.instance_id, t.ordinal, t.state, t.claimed_by FROM {_keys_table(len(chunk))} "
+                "CROSS JOIN timers AS t ON t.instance_id = k.column1 AND t.ordinal = k.column2",
+                [x for key in chunk for x in key])
+            for iid, ordinal, state, claimed_by in rows:
+                node = nodes[(iid, ordinal)]
+                out[(iid, ordinal)] = not (state in (DONE, DEAD) or (
+                    node is not None and state == CLAIMED and claimed_by != node))
+        return out
+
+    def _complete_many(self, completions: Sequence[TimerCompletion]) -> None:
+        """Complete rows (the last step of ``_apply`` for many commits), grouped by what is written."""
+        kinds: dict[tuple[Any, ...] | None, list[TimerKey]] = {}   # None: deleted, not kept
+        for c in completions:
+            what = None if c.state == DONE and not self._keep_done else (c.state, c.outcome, c.reason, c.error)
+            kinds.setdefault(what, []).append(c.key)
+        for what, keys in kinds.items():
+            for k in range(0, len(keys), _KEY_CHUNK):
+                chunk = keys[k:k + _KEY_CHUNK]
+                where = (f"rowid IN (SELECT t.rowid FROM {_keys_table(len(chunk))} CROSS JOIN timers AS t "
+                         "ON t.instance_id = k.column1 AND t.ordinal = k.column2)")
+                flat = [x for key in chunk for x in key]
+                if what is None:
+                    self._execute(f"DELETE FROM timers WHERE {where}", flat)
+                else:
+                    self._execute(_SQL_COMPLETE_SET + where, (what[0], what[1], what[2], what[0], what[3], *flat))
+
+    def _apply(self, commit: Commit, encoded: _Encoded, *, checked: bool = False) -> None:
+        """The statements of one commit, inside a transaction the caller holds. ``checked``:
+        the caller checked the completion first and completes the row itself, afterwards."""
         writes, puts, history = encoded
-        c = commit.complete
+        c = None if checked else commit.complete
         if c is not None:
             # First: it reads only timer rows, which the position writes leave alone, and a
             # refusal before any write leaves nothing to undo (see _refused_before_writing)
