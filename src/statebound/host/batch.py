@@ -241,10 +241,11 @@ class GroupCommit:
                 return
             h.metrics.add("group_commits")
         deliver: list[TimerRow] = []
+        landed = 0
         for (job, u, result, commit), err in zip(group, outcomes, strict=True):
             if err is None:
                 if not commit.empty:
-                    h.metrics.add("commits")
+                    landed += 1
                 if commit.timers_put and h.wakeup is not None:
                     runner.wake(h, ((r.key, r.ready_at_ms) for r in commit.timers_put
                                     if r.state == PENDING and r.key not in u.deliver))   # as runner.run does
@@ -256,5 +257,7 @@ class GroupCommit:
                 job.alone()             # reload and retry on its own, as a single call would
             else:
                 job.failed(err)
+        if landed:
+            h.metrics.add("commits", landed)   # once per group: the counters take a lock
         if deliver:
             h._outbox.after_commit(deliver)

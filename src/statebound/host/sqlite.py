@@ -44,7 +44,7 @@ from typing import Any
 from ..exceptions import ConflictError, StateboundError, StoreError, StoreUnavailable
 from .store import (CLAIMED, DEAD, DONE, PENDING, TIMER, Commit, HistoryRecord, KeyRecord, PositionRecord,
                     PositionWrite, TimerCompletion, TimerKey, TimerRef, TimerRow, check_instance_id, commit_instance_ids,
-                    pack_field, pack_history, unpack_field, unpack_history)
+                    make_timer_row, pack_field, pack_history, unpack_field, unpack_history)
 
 __all__ = ["SQLiteStore", "SCHEMA_VERSION"]
 
@@ -236,7 +236,13 @@ def _pack(value: Any, what: str) -> bytes:
     return pack_field(value, f"{what} (SQLite)")
 
 
+#: msgpack's nil: most rows have no caller context
+_NIL = b"\xc0"
+
+
 def _unpack(data: bytes, what: str) -> Any:
+    if data == _NIL:
+        return None
     return unpack_field(data, f"{what} in the SQLite database")
 
 
@@ -321,12 +327,9 @@ def _row_to_timer(r: Sequence[Any], claim: tuple[str, int] | None = None) -> Tim
     """A stored row as a TimerRow; with ``claim`` ``(node, expiry)``, as just claimed by
     ``node`` (built in one go: a sweep builds one per row it claims)."""
     state, claimed_by, expires = (r[9], r[12], r[13]) if claim is None else (CLAIMED, *claim)
-    return TimerRow(
-        instance_id=r[0], ordinal=r[1], target_id=r[2], due_at_ms=r[3], send_id=r[4],
-        event=_unpack(r[5], "timer event"), name=r[6], dedup=_unpack(r[7], "timer dedup"),
-        caller_context=_unpack(r[8], "timer caller_context"), state=state, attempts=r[10],
-        next_attempt_at_ms=r[11], claimed_by=claimed_by, claim_expires_ms=expires, last_error=r[14],
-        outcome=r[15], reason=r[16], kind=r[17] or TIMER)
+    return make_timer_row(r[0], r[1], r[2], r[3], r[4], _unpack(r[5], "timer event"), r[6],
+                          _unpack(r[7], "timer dedup"), _unpack(r[8], "timer caller_context"), state, r[10],
+                          r[11], claimed_by, expires, r[14], r[15], r[16], r[17] or TIMER)
 
 
 # ----------------------------------------------------------------------------- the store
