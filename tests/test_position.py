@@ -377,6 +377,28 @@ def _with_fields(pos, fields):
     return head + msgpack.packb(fields, use_bin_type=True)
 
 
+@pytest.mark.parametrize("twin", [True, 1.0, "x"])
+def test_a_configuration_checked_before_is_remembered_only_for_exact_ints(twin):
+    """Decoding remembers the configurations it found legal on a chart; a hostile blob
+    whose states only hash like a remembered one (True and 1.0 equal 1) is still refused,
+    and so is a remembered configuration under the other status."""
+    pos = sb.Interpreter(chart("small")).start("order-1")[0]
+    sb.Position.from_bytes(pos.to_bytes(), chart("small"))     # remembered now
+    _head, fields = _header_and_fields(pos)
+    legal = list(fields[2])
+    assert legal[0] == 1          # so True and 1.0 in its place hash like the remembered tuple
+    fields[2] = [twin, *legal[1:]]
+    with pytest.raises(sb.CorruptPosition):
+        sb.Position.from_bytes(_with_fields(pos, fields), chart("small"))
+    fields[2] = legal
+    assert sb.Position.from_bytes(_with_fields(pos, fields), chart("small")) == pos
+    fields[1] = 1   # done: a halted session may keep its configuration, so still legal
+    assert sb.Position.from_bytes(_with_fields(pos, fields), chart("small")).status == "done"
+    fields[1], fields[2] = 0, []   # running with no state: refused even after those
+    with pytest.raises(sb.CorruptPosition):
+        sb.Position.from_bytes(_with_fields(pos, fields), chart("small"))
+
+
 @pytest.mark.parametrize("blob", [b"", b"SB", b"PK\x03\x04" + b"\x00" * 60, b'{"json": 1}', b"sb\x00P\x01m"])
 def test_not_a_position(blob):
     with pytest.raises(sb.NotAPosition):

@@ -77,6 +77,9 @@ _V1_MIN = 3  # session_id, status and states are always written
 _MAX_COUNTER = (1 << 63) - 1
 _MIN_MS, _MAX_MS = -(1 << 63), (1 << 63) - 1
 _EMPTY: tuple[Any, ...] = ()
+#: ``Chart._caches`` key of the configurations already found legal (value: ``running``)
+_LEGAL_KEY = "position.legal"
+_LEGAL_MAX = 4096
 
 
 class MigrationError(PositionError):
@@ -460,7 +463,7 @@ def _build(chart: Chart, f: list[Any], cbor: bool) -> Position:
         v = counters[k]
         if v is None:
             counters[k] = 0
-        else:
+        elif type(v) is not int or not 0 <= v <= _MAX_COUNTER:   # _int, inline: four per decode
             _int(v, _V1_FIELDS[k + 4])
     for k in range(8, 12):
         v = f[k]
@@ -496,17 +499,10 @@ def _could_leave(nodes: Any, owner: StateNode, rec: Any, deep: bool) -> bool:
     return True
 
 
-def _assemble(chart: Chart, session_id: str, status: str, states_in: Any, data: bytes, counters: list[int],
-              history_in: Any, timeouts_in: Any, invocations_in: Any, initialized_in: Any,
-              parent: str | None, invokeid: str | None) -> Position:
-    """Check every index against ``chart`` and build the position (shared by decode and import)."""
+def _check_configuration(nodes: Any, states_in: Any, running: bool) -> tuple[int, ...]:
+    """The configuration as a tuple, checked to be one the chart can be in (``_assemble``)."""
     bad = _bad
-    nodes = chart.states
     n_states = len(nodes)
-    running = status == RUNNING
-
-    # -- configuration: strictly increasing document indices, so a parent is always seen
-    # before its children and the whole check is one pass over the active states.
     active: set[int] = set()
     counts: dict[int, int] = {}
     prev = 0
@@ -521,7 +517,7 @@ def _assemble(chart: Chart, session_id: str, status: str, states_in: Any, data: 
         if p and p not in active:
             raise bad(f"state {node.id!r} is active without its parent {nodes[p].id!r}")
         active.add(s)
-        counts[p] = counts.get(p, 0) + 1  # type: ignore[index, arg-type]
+        counts[p] = counts.get(p, 0) + 1
     states = tuple(states_in)
     if running:
         if counts.get(0, 0) != 1:
@@ -536,6 +532,43 @@ def _assemble(chart: Chart, session_id: str, status: str, states_in: Any, data: 
     else:  # a halted session keeps the configuration it halted in, or none
         if counts.get(0, 0) > 1 or any(nodes[s].kind == "compound" and counts.get(s, 0) > 1 for s in states):
             raise bad("a compound state has two active children")
+    return states
+
+
+def _assemble(chart: Chart, session_id: str, status: str, states_in: Any, data: bytes, counters: list[int],
+              history_in: Any, timeouts_in: Any, invocations_in: Any, initialized_in: Any,
+              parent: str | None, invokeid: str | None) -> Position:
+    """Check every index against ``chart`` and build the position (shared by decode and import)."""
+    bad = _bad
+    nodes = chart.states
+    n_states = len(nodes)
+    running = status == RUNNING
+
+    # -- configuration: strictly increasing document indices, so a parent is always seen
+    # before its children and the whole check is one pass over the active states. A chart
+    # has few legal configurations and positions keep meeting the same ones: those already
+    # checked are remembered per chart (exact ints only: True and 1.0 hash as 1).
+    legal = chart._caches.get(_LEGAL_KEY)
+    if legal is None:
+        legal = chart._caches.setdefault(_LEGAL_KEY, {})
+    seen = None
+    if type(states_in) is list or type(states_in) is tuple:
+        seen = tuple(states_in)
+        for s in seen:
+            if type(s) is not int:
+                seen = None
+                break
+    active: set[int]
+    if seen is not None and legal.get(seen) == running:
+        states = seen
+        active = set(seen) if timeouts_in or invocations_in else set()   # only those two read it
+    else:
+        states = _check_configuration(nodes, states_in, running)
+        if seen is not None:
+            if len(legal) >= _LEGAL_MAX:
+                legal.clear()
+            legal[seen] = running
+        active = set(states)
 
     # -- history: recorded values must be what that history state can record
     history = []
