@@ -151,8 +151,8 @@ def check_serializable(value: Any, what: str = "value") -> None:
         raise EvaluationError(f"{what} cannot be stored in the datamodel (msgpack): {exc}") from None
 
 
-_JSON_SCALARS = (str, int, float, bool, type(None))
-_PY_SCALARS = (str, int, float, bool, type(None), bytes)
+_JSON_SCALARS = frozenset((str, int, float, bool, type(None)))
+_PY_SCALARS = frozenset((str, int, float, bool, type(None), bytes))
 
 #: How deeply lists and objects may nest in an ecmascript datamodel value. Its values cross
 #: into QuickJS as JSON, and Python's ``json`` recurses once per level on the caller's stack:
@@ -204,7 +204,7 @@ def check_stored(datamodel: str, values: Any) -> str | None:
     for name in values:
         if type(name) is not str or not name or name in SYSTEM_VARIABLES or name.startswith("__"):
             return f"{name!r} is not a variable name"
-    todo = [(v, 1) for v in values.values()]
+    todo = [(v, 1) for v in values.values() if type(v) not in scalars]   # most variables are scalars
     limit = MAX_NESTING if json_only else None  # python values never cross as JSON
     while todo:  # iterative: depth is bounded by the decoder, but no need to recurse
         v, depth = todo.pop()
