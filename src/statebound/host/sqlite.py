@@ -312,7 +312,8 @@ def _refused_before_writing(commit: Commit) -> bool:
     writes or refuses (a delete also purges rows), then the completion, which cannot fail.
     Timer rows put or deleted and history records come after the position write and can
     fail (a key past 64 bits), so they need a savepoint."""
-    return (len(commit.writes) <= 1 and all(w.blob is not None for w in commit.writes)
+    writes = commit.writes
+    return ((not writes or (len(writes) == 1 and writes[0].blob is not None))
             and not commit.timers_put and not commit.timers_delete and not commit.history)
 
 

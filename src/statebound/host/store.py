@@ -72,7 +72,8 @@ def check_instance_id(instance_id: object, max_bytes: int | None = None) -> str:
     if not instance_id:
         raise InvalidInstanceId(instance_id, "it is empty")
     try:
-        size = len(instance_id.encode("utf-8"))
+        # an ASCII id (nearly all) is its own UTF-8: no need to encode it to count its bytes
+        size = len(instance_id) if instance_id.isascii() else len(instance_id.encode("utf-8"))
     except UnicodeEncodeError as exc:
         raise InvalidInstanceId(instance_id, f"it is not valid Unicode ({exc.reason} at {exc.start})") from None
     if max_bytes is not None and size > max_bytes:
