@@ -614,6 +614,10 @@ class SQLiteStore:
         Each commit runs inside a savepoint (unless every check that can refuse it runs
         before its first write); one whose condition fails (or whose values cannot be
         stored) is rolled back to it, gets its error in its slot, and the others go on. A crash anywhere before the final ``COMMIT`` applies none of them.
+        The rows the commits complete are checked in one ``SELECT`` before the first commit
+        and completed after the last, one statement per kind of completion (the commits
+        touch disjoint instances, so none changes a row another completes); a commit whose
+        row cannot be completed is refused before it writes anything.
 
         :return: one slot per commit, ``None`` if it was applied, else its error.
         :raises StoreUnavailable: the transaction itself failed (locked past the busy
