@@ -45,7 +45,7 @@ from typing import TYPE_CHECKING, Any
 from ..exceptions import ConflictError, StateboundError
 from ..interpreter import Position
 from . import firing, runner
-from .store import PENDING, Commit, PositionRecord, TimerCompletion, TimerRow, commit_instance_ids
+from .store import Commit, PositionRecord, TimerCompletion, TimerRow, commit_instance_ids
 from .unit import FireResult, Unit
 
 if TYPE_CHECKING:
@@ -246,11 +246,7 @@ class GroupCommit:
             if err is None:
                 if not commit.empty:
                     landed += 1
-                if commit.timers_put and h.wakeup is not None:
-                    runner.wake(h, ((r.key, r.ready_at_ms) for r in commit.timers_put
-                                    if r.state == PENDING and r.key not in u.deliver))   # as runner.run does
-                if u.deliver:
-                    deliver.extend(r for r in commit.timers_put if r.key in u.deliver)
+                deliver.extend(runner.landed(h, u, commit))
                 job.done(result)
             elif isinstance(err, ConflictError):
                 h.metrics.add("conflicts")

@@ -25,14 +25,14 @@ from ..interpreter import Position
 from . import history as history_mod
 from .routing import restamp, stamp
 from .store import (CLAIMED, DEAD, DONE, PENDING, SUSPENDED, Commit, PositionRecord, PositionWrite,
-                    TimerCompletion, TimerKey)
+                    TimerCompletion, TimerKey, TimerRow)
 from .unit import AlreadyDone, Entry, Unit
 from .wakeup import wakeups_for
 
 if TYPE_CHECKING:
     from .host import Host
 
-__all__ = ["run", "attempt", "build_commit", "load", "decode", "fetch", "wake", "result", "bare"]
+__all__ = ["run", "attempt", "landed", "build_commit", "load", "decode", "fetch", "wake", "result", "bare"]
 
 log = logging.getLogger("statebound")
 
@@ -72,11 +72,9 @@ def run(h: Host, fn: Any, *, creating: str | None = None, completion: Any = None
                         c.node_id is not None and cur.state == CLAIMED and cur.claimed_by not in (None, c.node_id)):
                     raise AlreadyDone() from None
             continue
-        if commit.timers_put and h.wakeup is not None:
-            wake(h, ((r.key, r.ready_at_ms) for r in commit.timers_put
-                     if r.state == PENDING and r.key not in u.deliver))   # handed over below instead
-        if u.deliver:
-            h._outbox.after_commit([r for r in commit.timers_put if r.key in u.deliver])
+        deliver = landed(h, u, commit)
+        if deliver:
+            h._outbox.after_commit(deliver)
         return res
     assert last is not None
     raise last
@@ -93,6 +91,16 @@ def attempt(h: Host, fn: Any, completion: Any, cache: dict[str, PositionRecord |
     u = Unit(cache=cache, budget=budget)
     res = fn(u)
     return u, res, build_commit(h, u, completion(res) if completion else None)
+
+
+def landed(h: Host, u: Unit, commit: Commit) -> list[TimerRow]:
+    """Unit ``u``'s commit landed: ask the wake-up backend to fire the pending rows it wrote,
+    and return the outbox rows to hand over now (those are not woken: they are handed over)."""
+    if commit.timers_put and h.wakeup is not None:
+        wake(h, ((r.key, r.ready_at_ms) for r in commit.timers_put if r.state == PENDING and r.key not in u.deliver))
+    if not u.deliver:
+        return []
+    return [r for r in commit.timers_put if r.key in u.deliver]
 
 
 def wake(h: Host, due: Iterable[tuple[TimerKey, int]]) -> None:
