@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 
 from ..exceptions import StoreUnavailable
 from .host import FireResult, Host
+from .runner import wake
 from .store import CLAIMED, PENDING, TimerKey, TimerRow
 from .wakeup import WakeupRequest, WakeupSource, wakeups_for
 
@@ -192,14 +193,8 @@ class Sweeper:
         return rows, empty
 
     def _ask_again(self, later: list[tuple[TimerKey, int]], now: int) -> None:
-        wakeup = self.host.wakeup
-        if wakeup is not None:
-            requests = wakeups_for(later, now, wakeup.horizon_ms)
-            try:
-                if requests:
-                    wakeup.request(requests, now)
-            except Exception as exc:  # the fallback read finds them
-                log.warning("could not ask again for %d early wake-up(s): %s", len(requests), exc)
+        if self.host.wakeup is not None:
+            wake(self.host, later)   # a failure is logged: the fallback read finds them
         elif self.wakeups is not None and hasattr(self.wakeups, "request"):
             self.wakeups.request(wakeups_for(later, now, None), now)
 
