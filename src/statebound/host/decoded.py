@@ -71,9 +71,3 @@ class DecodedPositions:
             while len(table) > self.size or self.nbytes > self.max_bytes:
                 gone = table.pop(next(iter(table)))
                 self.nbytes -= len(gone[0]) + len(gone[1].data)
-
-    def clear(self) -> None:
-        """Forget every kept position."""
-        with self._lock:
-            self._table.clear()
-            self.nbytes = 0
