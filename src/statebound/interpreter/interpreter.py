@@ -265,20 +265,18 @@ class Interpreter:
     # ------------------------------------------------------------------ the static path
     def _static_lookup(self, states: tuple[int, ...], name: str,
                        budget: Budget | None) -> tuple[tuple[int, ...] | Plan | None, Budget | None]:
-        """The static answer for (configuration, event name), planned on first use, and the budget.
+        """Plan the static answer for (configuration, event name), not yet cached, and return
+        it with the budget.
 
         Planning spends the drive's budget (created here when none was given: a hit costs
         no budget at all), because a hostile configuration makes it expensive.
         """
-        key = (states, name)
-        fast = self._static.get(key, _UNKNOWN)
-        if fast is _UNKNOWN:
-            budget = self._budget(budget)
-            try:
-                fast = plan_step(self._scratch(states, budget), name)
-            except BudgetSpent:
-                return None, budget  # not cached; the full drive runs out of the same budget
-            _put(self._static, key, fast)
+        budget = self._budget(budget)
+        try:
+            fast = plan_step(self._scratch(states, budget), name)
+        except BudgetSpent:
+            return None, budget  # not cached; the full drive runs out of the same budget
+        _put(self._static, (states, name), fast)
         return fast, budget
 
     @staticmethod
