@@ -60,6 +60,16 @@ class ContentMixin:
     ticks: int
 
     # ------------------------------------------------------------------ the budget
+    def init_budget(self, budget: Any, new_budget: Any, max_items: int | None) -> None:
+        """Set the budget slots: ``new_budget`` makes the drive's own budget at its first
+        check when it has none; a given budget's own item cap replaces ``max_items``."""
+        self.budget = budget
+        self.new_budget = new_budget
+        self.ticks = _TICKS  # work left before the next read of the budget's clock
+        if budget is not None:
+            max_items = budget.max_items
+        self.max_items = _NO_LIMIT if max_items is None else max_items
+
     def tick(self) -> None:
         """A unit of work was done: read the budget's clock once every few (it costs a syscall)."""
         self.ticks -= 1
