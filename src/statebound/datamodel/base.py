@@ -111,7 +111,7 @@ def pack_vars(values: Mapping[str, Any]) -> bytes:
         return b""
     try:
         for k, v in values.items():
-            if type(v) not in _PLAIN or type(k) is not str:
+            if type(v) not in _PY_SCALARS or type(k) is not str:
                 return _roundtrip(values)
         return _pack(values)  # names and scalars: what packs always loads
     except (TypeError, ValueError, OverflowError) as exc:
@@ -135,7 +135,8 @@ def unpack_vars(blob: bytes) -> dict[str, Any]:
 
 
 _SCALARS = (str, float, bool, type(None), bytes)
-_PLAIN = frozenset({*_SCALARS, int})
+#: msgpack's plain scalar types: what the python datamodel stores as is.
+_PY_SCALARS = frozenset({*_SCALARS, int})
 
 
 def check_serializable(value: Any, what: str = "value") -> None:
@@ -152,7 +153,6 @@ def check_serializable(value: Any, what: str = "value") -> None:
 
 
 _JSON_SCALARS = frozenset((str, int, float, bool, type(None)))
-_PY_SCALARS = frozenset((str, int, float, bool, type(None), bytes))
 
 #: How deeply lists and objects may nest in an ecmascript datamodel value. Its values cross
 #: into QuickJS as JSON, and Python's ``json`` recurses once per level on the caller's stack:

@@ -57,7 +57,7 @@ from typing import Any
 from ..chart.model import Chart, StateNode, Transition
 from ..datamodel.budget import Budget
 from ..events import Event
-from .content import _NO_LIMIT, _TICKS, ContentMixin
+from .content import ContentMixin
 from .program import Program
 from .state import ArmedTimeout, Invocation
 
@@ -122,12 +122,7 @@ class Machine(ContentMixin):
         self.invokers: Any = pos.invokers
         self.max_rounds = max_rounds
         self.caller_context = caller_context
-        self.budget = budget
-        self.new_budget = new_budget  # makes the drive's own budget at its first check, when it has none
-        self.ticks = _TICKS     # work left before the next read of the budget's clock
-        if budget is not None:
-            max_items = budget.max_items
-        self.max_items = _NO_LIMIT if max_items is None else max_items
+        self.init_budget(budget, new_budget, max_items)
         self.internal: deque[Event] = deque()
         self.effects: list[Any] = []
         self.states_to_invoke: set[int] = set()

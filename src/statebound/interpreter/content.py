@@ -60,6 +60,16 @@ class ContentMixin:
     ticks: int
 
     # ------------------------------------------------------------------ the budget
+    def init_budget(self, budget: Any, new_budget: Any, max_items: int | None) -> None:
+        """Set the budget slots: ``new_budget`` makes the drive's own budget at its first
+        check when it has none; a given budget's own item cap replaces ``max_items``."""
+        self.budget = budget
+        self.new_budget = new_budget
+        self.ticks = _TICKS  # work left before the next read of the budget's clock
+        if budget is not None:
+            max_items = budget.max_items
+        self.max_items = _NO_LIMIT if max_items is None else max_items
+
     def tick(self) -> None:
         """A unit of work was done: read the budget's clock once every few (it costs a syscall)."""
         self.ticks -= 1
@@ -500,8 +510,8 @@ def _delay_ms(value: Any, what: str) -> int:
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         ms: int | None = int(value) if value == value and 0 <= value <= MAX_DELAY_MS else None
     else:
-        ms = parse_duration(str(value))
-    if ms is None or ms > MAX_DELAY_MS:
+        ms = parse_duration(str(value))  # None past MAX_DELAY_MS too
+    if ms is None:
         raise EvaluationError(f"{what} gave {value!r}, not a duration like '5s' or a number of ms >= 0")
     return ms
 

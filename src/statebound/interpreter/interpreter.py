@@ -141,7 +141,7 @@ class Interpreter:
         # ...and a chart none of whose code loops needs the budget only when a check is due
         self._loops = repeats is None or any(repeats(e) for e in chart.expressions)
         self._max_items = None if max_memory_bytes is None else max_memory_bytes // ITEM_BYTES
-        self._events: dict[str, Event] = {}  # bare names: an Event is immutable, so one per name serves
+        self._events: dict[str, Event] = {}  # see _named
         # Nothing can read or change the datamodel of a chart with no expression and no <data>.
         self._inert = not chart.expressions and not self._declared and chart.datamodel in ("python", "null")
         self._static_path = static_path
@@ -237,10 +237,7 @@ class Interpreter:
                 if done is not None:
                     return done
         if ev is None:
-            ev = self._events.get(name)
-            if ev is None:
-                ev = new_event(name)
-                _put(self._events, name, ev)
+            ev = self._named(name)
         if budget is not None or self._loops:
             budget = self._budget(budget)
         m = self._machine(position, None, caller_context, macrostep=position.macrostep + 1, budget=budget)
@@ -255,6 +252,14 @@ class Interpreter:
             return position, _spent(exc, ev.name, position.macrostep + 1, m.microstep_no, m.round_no)
         return self._finish(position, m, packed)
 
+    def _named(self, name: str) -> Event:
+        """The external event of a bare name (an Event is immutable, so one per name serves)."""
+        ev = self._events.get(name)
+        if ev is None:
+            ev = new_event(name)
+            _put(self._events, name, ev)
+        return ev
+
     def _budget(self, budget: Budget | None) -> Budget:
         if budget is None:
             return Budget.unchecked(self.max_cpu_ms, self.max_memory_bytes)
@@ -265,20 +270,18 @@ class Interpreter:
     # ------------------------------------------------------------------ the static path
     def _static_lookup(self, states: tuple[int, ...], name: str,
                        budget: Budget | None) -> tuple[tuple[int, ...] | Plan | None, Budget | None]:
-        """The static answer for (configuration, event name), planned on first use, and the budget.
+        """Plan the static answer for (configuration, event name), not yet cached, and return
+        it with the budget.
 
         Planning spends the drive's budget (created here when none was given: a hit costs
         no budget at all), because a hostile configuration makes it expensive.
         """
-        key = (states, name)
-        fast = self._static.get(key, _UNKNOWN)
-        if fast is _UNKNOWN:
-            budget = self._budget(budget)
-            try:
-                fast = plan_step(self._scratch(states, budget), name)
-            except BudgetSpent:
-                return None, budget  # not cached; the full drive runs out of the same budget
-            _put(self._static, key, fast)
+        budget = self._budget(budget)
+        try:
+            fast = plan_step(self._scratch(states, budget), name)
+        except BudgetSpent:
+            return None, budget  # not cached; the full drive runs out of the same budget
+        _put(self._static, (states, name), fast)
         return fast, budget
 
     @staticmethod
@@ -305,7 +308,7 @@ class Interpreter:
         config = set(pos.states) if self._needs_in else None  # only In() reads it
         ctx = self._open(pos, config, None, budget)
         if self._needs_event:
-            ctx.set_event(ev if ev is not None else new_event(name))
+            ctx.set_event(ev if ev is not None else self._named(name))
         q = Quick(ctx, pos.macrostep + 1, budget, self._budget, self._max_items)
         try:
             if plan.chains is None:

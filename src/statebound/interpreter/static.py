@@ -32,7 +32,7 @@ from typing import Any
 from ..chart.model import Action, Foreach, If, Transition
 from .algorithm import Machine
 from ..datamodel.budget import Budget
-from .content import _NO_LIMIT, _TICKS, ContentMixin
+from .content import ContentMixin
 from .program import FAST_ACTIONS, CBlock, Program
 
 __all__ = ["Plan", "Micro", "Quick", "plan_step", "micro_step", "choose", "run_micro"]
@@ -112,12 +112,7 @@ class Quick(ContentMixin):
         self.ctx = ctx
         self.effects: list[Any] = []
         self.macrostep_no = macrostep
-        self.budget = budget
-        self.new_budget = new_budget
-        self.ticks = _TICKS
-        if budget is not None:
-            max_items = budget.max_items
-        self.max_items = _NO_LIMIT if max_items is None else max_items
+        self.init_budget(budget, new_budget, max_items)
 
 
 def _fast(block: tuple[Action, ...]) -> bool:

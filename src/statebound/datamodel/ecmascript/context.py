@@ -15,7 +15,7 @@ from ..base import MAX_NESTING, SYSTEM_VARIABLES, too_deep
 from ..budget import Budget
 from .limits import Limits, get_limits
 from .realm import Realm, acquire
-from .values import DataJSValue, JSValue, dumps, loads, plain, unstorable, xml_tree
+from .values import _SAFE_INT, DataJSValue, JSValue, dumps, loads, plain, unstorable, xml_tree
 
 __all__ = ["EcmaScriptDatamodel", "EcmaScriptContext"]
 
@@ -25,7 +25,6 @@ _IN_WORD = re.compile(r"\bIn\b")
 _IN_LITERAL = re.compile(r"\bIn\s*\(\s*(?:'([^'\\]*)'|\"([^\"\\]*)\")\s*\)")
 _DEFINES_FUNCTION = re.compile(r"\bfunction\b|=>|\bclass\b")
 _FUNCTION_LITERAL = re.compile(r"^\s*(?:async\s+)?(?:function\b|[A-Za-z_$][\w$]*\s*=>|\([^()]*\)\s*=>)")
-_SAFE_INT = 2 ** 53
 _INT32 = 2 ** 31
 #: Calls into JS that may skip reading the budget's clock in a row (see _invoke).
 _UNCHECKED = 16
