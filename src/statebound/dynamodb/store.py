@@ -520,9 +520,6 @@ class DynamoStore:
         for w in commit.writes:
             if w.blob is None and commit.history_in_use:
                 _operator.purge_history(self, w.instance_id)
-        for w in commit.writes:
-            if w.blob is None and commit.history_in_use:
-                _operator.purge_history(self, w.instance_id)
 
     def _delete_quietly(self, keys: list[TimerKey]) -> None:
         """Best-effort removal of inert done rows after a committed delete.
