@@ -61,7 +61,7 @@ from ..host.store import (CLAIMED, DEAD, PENDING, TIMER, KeyRecord, PositionReco
 __all__ = [
     "POSITION_SK", "TIMER_PREFIX", "INSTANCE_SKS", "MAX_INSTANCE_ID_BYTES", "check_id", "DUE_INDEX",
     "DEAD_INDEX", "LEGACY_DEAD_PARTITION", "LEGACY_CURSOR_PREFIX", "LEGACY_CURSOR_SK", "timer_sk", "shard_of", "due_partition", "dead_partition",
-    "is_legacy_due_partition", "shard_of_partition", "dead_sort_key", "position_item",
+    "is_legacy_due_partition", "dead_sort_key", "position_item",
     "record_from_item", "timer_item", "row_from_item", "index_attributes",
     "item_size", "attr_size", "pack", "unpack", "S", "N", "B",
 ]
@@ -153,11 +153,6 @@ def dead_partition(shard: int) -> str:
 def is_legacy_due_partition(value: str) -> bool:
     """Whether a ``gsi_pk`` value is 0.1's ``"<bucket>#<shard>"``."""
     return not value.startswith(DUE_PREFIX)
-
-
-def shard_of_partition(value: str) -> int:
-    """The shard of a due partition value, either layout."""
-    return int(value.rsplit("#", 1)[1])
 
 
 def dead_sort_key(key: TimerKey) -> str:

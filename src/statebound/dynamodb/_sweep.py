@@ -112,7 +112,6 @@ class Sweep:
         self._recent: OrderedDict[TimerKey, tuple[int, int, float]] = OrderedDict()
         self._shards: dict[int, _Shard] = {}
         self._legacy_checked = False
-        self.last_now: int | None = None
 
     # ------------------------------------------------------------------ local knowledge
     def hidden(self, key: TimerKey, now_ms: int | None) -> bool:
@@ -294,7 +293,6 @@ class Sweep:
         self.check_legacy()
         shards = self.owned(refresh=True)
         with self.lock:
-            self.last_now = now_ms
             claim_min = self._claim_minima()
             wanted = [s for s in shards if self._stale(s, now_ms, claim_min)]
         found: list[TimerRow] = []

@@ -232,13 +232,6 @@ class DynamoStore:
         """The due-index shard of a timer row (stable across processes)."""
         return codec.shard_of(key, self.shards)
 
-
-        owned = self.owned_shards
-        if owned is None:
-            return list(range(self.shards))
-        held = getattr(owned, "held", owned)
-        return sorted(s for s in held if 0 <= s < self.shards)
-
     @property
     def fallback_ms(self) -> int:
         """See the ``fallback_ms`` parameter (may be reassigned)."""
@@ -524,9 +517,6 @@ class DynamoStore:
         self._sweep.after_commit(commit, purged)
         if deferred:
             self._delete_quietly(deferred)
-        for w in commit.writes:
-            if w.blob is None and commit.history_in_use:
-                _operator.purge_history(self, w.instance_id)
         for w in commit.writes:
             if w.blob is None and commit.history_in_use:
                 _operator.purge_history(self, w.instance_id)
