@@ -42,6 +42,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from .._fastinit import fast_init
 from ..exceptions import ConflictError, StateboundError
 from ..interpreter import Position
 from . import firing, runner
@@ -56,6 +57,7 @@ __all__ = ["SendResult", "GroupCommit", "Job", "SendJob", "FireJob"]
 log = logging.getLogger("statebound")
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class SendResult:
     """What ``host.send_many`` did with one item.

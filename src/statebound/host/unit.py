@@ -10,6 +10,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
+from .._fastinit import fast_init
 from ..datamodel.budget import Budget
 from ..interpreter import Position
 from .store import KeyRecord, PositionRecord, TimerKey, TimerRef, TimerRow
@@ -17,6 +18,7 @@ from .store import KeyRecord, PositionRecord, TimerKey, TimerRef, TimerRow
 __all__ = ["Entry", "Unit", "AlreadyDone", "FireResult"]
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class FireResult:
     """What happened to one row: ``fired``, ``discarded``, ``stale``, ``skipped`` or ``failed``
