@@ -105,6 +105,10 @@ class Job:
     def done(self, result: Any) -> None:
         """The unit's commit landed (or it had nothing to write)."""
 
+    def outcome(self, result: Any) -> str | None:
+        """The ``host.metrics`` total a landed unit adds one to, if any (counted per group)."""
+        return None
+
     def failed(self, exc: Exception) -> None:
         """The item failed with nothing of it written."""
 
@@ -148,8 +152,10 @@ class FireJob(Job):
         return firing.fire_completion(self.row, self.node, result)
 
     def done(self, result: Any) -> None:
-        firing.count(self.host, result[0])
         self.results[self.index] = FireResult(self.row.key, result[0], result[1], self.lag)
+
+    def outcome(self, result: Any) -> str | None:
+        return result[0]
 
     def failed(self, exc: Exception) -> None:
         self.results[self.index] = firing.fire_failed(self.host, self.row, self.node, exc, self.lag)
@@ -232,6 +238,8 @@ class GroupCommit:
         h = self.host
         commits = [c for _, _, _, c in group]
         outcomes: list[Exception | None]
+        # host.metrics is counted once per group, under one lock, rather than once per unit
+        tally: dict[str, int] = {}
         if all(c.empty for c in commits):
             outcomes = [None] * len(group)
         else:
@@ -241,7 +249,7 @@ class GroupCommit:
                 for job, *_ in group:
                     job.failed(exc)
                 return
-            h.metrics.add("group_commits")
+            tally["group_commits"] = 1
         deliver: list[TimerRow] = []
         landed = 0
         for (job, u, result, commit), err in zip(group, outcomes, strict=True):
@@ -250,12 +258,17 @@ class GroupCommit:
                     landed += 1
                 deliver.extend(runner.landed(h, u, commit))
                 job.done(result)
+                name = job.outcome(result)
+                if name is not None:
+                    tally[name] = tally.get(name, 0) + 1
             elif isinstance(err, ConflictError):
                 h.metrics.add("conflicts")
                 job.alone()             # reload and retry on its own, as a single call would
             else:
                 job.failed(err)
         if landed:
-            h.metrics.add("commits", landed)   # once per group: the counters take a lock
+            tally["commits"] = landed
+        if tally:
+            h.metrics.add_many(tally)
         if deliver:
             h._outbox.after_commit(deliver)
