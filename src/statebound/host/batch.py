@@ -205,6 +205,7 @@ class GroupCommit:
                     continue
                 mine = commit_instance_ids(commit)   # a fresh set: add the rest to it
                 mine.update(u.entries)
+                runner.forget_entries(u)
                 if u.missing:
                     mine |= u.missing
                 if not touched.isdisjoint(mine):
