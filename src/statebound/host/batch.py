@@ -188,6 +188,9 @@ class GroupCommit:
             self._prefetch(window, cache)
             group: list[tuple[Job, Unit, Any, Commit]] = []
             touched: set[str] = set()
+            # what the group adds to host.metrics, added once for all its units (the
+            # counters take a lock): the units' drives, then the commits and outcomes
+            counts: dict[str, int] = {}
             for job in window:
                 if not touched.isdisjoint(job.ids):
                     break               # the group commits first; this job then sees its writes
@@ -198,7 +201,7 @@ class GroupCommit:
                     i += 1
                     continue
                 try:
-                    u, result, commit = runner.attempt(h, job.unit, job.completion, cache)
+                    u, result, commit = runner.attempt(h, job.unit, job.completion, cache, counts=counts)
                 except Exception as exc:  # refused (unknown instance, halted...) or a drive failure
                     job.failed(exc)
                     i += 1
@@ -213,7 +216,9 @@ class GroupCommit:
                 touched |= mine
                 group.append((job, u, result, commit))
                 i += 1
-            self._flush(group, commit_many)
+            self._flush(group, commit_many, counts)
+            if counts:
+                h.metrics.add_many(counts)
             for iid in touched:
                 cache.pop(iid, None)
 
@@ -233,14 +238,12 @@ class GroupCommit:
         for iid in want:
             cache[iid] = found.get(iid)
 
-    def _flush(self, group: list[tuple[Job, Unit, Any, Commit]], commit_many: Any) -> None:
+    def _flush(self, group: list[tuple[Job, Unit, Any, Commit]], commit_many: Any, tally: dict[str, int]) -> None:
         if not group:
             return
         h = self.host
         commits = [c for _, _, _, c in group]
         outcomes: list[Exception | None]
-        # host.metrics is counted once per group, under one lock, rather than once per unit
-        tally: dict[str, int] = {}
         if all(c.empty for c in commits):
             outcomes = [None] * len(group)
         else:
@@ -269,7 +272,5 @@ class GroupCommit:
                 job.failed(err)
         if landed:
             tally["commits"] = landed
-        if tally:
-            h.metrics.add_many(tally)
         if deliver:
             h._outbox.after_commit(deliver)

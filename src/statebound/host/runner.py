@@ -82,16 +82,26 @@ def run(h: Host, fn: Any, *, creating: str | None = None, completion: Any = None
 
 
 def attempt(h: Host, fn: Any, completion: Any, cache: dict[str, PositionRecord | None] | None = None,
-            budget: Budget | None = None) -> tuple[Unit, Any, Commit]:
+            budget: Budget | None = None, counts: dict[str, int] | None = None) -> tuple[Unit, Any, Commit]:
     """Run a unit once, from fresh loads (or ``cache``, in a batch), and build its commit.
 
     ``budget`` is the call's (``run`` shares one across retries); a unit of a group gets
-    its own, started now, since a budget counts this thread's CPU from its start."""
+    its own, started now, since a budget counts this thread's CPU from its start.
+    The unit's drives (its deliveries and starts) are added to ``host.metrics`` once it
+    ends, or to ``counts`` (a group adds those to the metrics once for all its units)."""
     if budget is None:
         budget = Budget(h.max_cpu_ms, h.max_memory_bytes).start()
     u = Unit(cache=cache, budget=budget)
-    res = fn(u)
-    return u, res, build_commit(h, u, completion(res) if completion else None)
+    try:
+        res = fn(u)
+        return u, res, build_commit(h, u, completion(res) if completion else None)
+    finally:
+        drives = u.deliveries + u.starts
+        if drives:
+            if counts is None:
+                h.metrics.add("drives", drives)
+            else:
+                counts["drives"] = counts.get("drives", 0) + drives
 
 
 def forget_entries(u: Unit) -> None:
