@@ -7,7 +7,7 @@ elsewhere on the machine hits both alike:
 * **events/s**: 100 counter instances; *one commit per event* is ``host.send`` in a loop;
   *group commit* is ``host.send_many`` with the same events in batches of 100 (one per
   instance, so every batch is one transaction). A slot is 100 sends, or 5 batches.
-* **fires/s**: 600 instances with one due timer row each, drained by a
+* **fires/s**: 600 instances with one due timer row each (and each its own datamodel), drained by a
   ``Sweeper(batch=100)``; *one commit per event* is a host with ``max_batch=1`` (every
   fire commits alone, as before group commit), *group commit* the default ``max_batch=100``.
   The two sweep in turn, one ``run_once`` (100 rows) each.

@@ -111,13 +111,15 @@ def _sync(store: sb.SQLiteStore, mode: str) -> sb.SQLiteStore:
 
 def _due_rows(tmp: str, n: int, tag: str, sync: str) -> tuple[sb.SQLiteStore, sb.Host, sb.ManualClock]:
     """N instances with one row each, all due; set up without fsyncs (not timed), then
-    reopened with the ``sync`` policy for the timed part."""
+    reopened with the ``sync`` policy for the timed part. Each instance starts with its
+    own ``n``, so no two datamodels are alike, as in production: a cache that only pays
+    off when many sessions hold identical values must not flatter the figures."""
     clock = sb.ManualClock(T0)
     path = Path(tmp) / f"sweep-{tag}.db"
     setup = _sync(sb.SQLiteStore(path), "OFF")
     host = sb.Host(_charts(), store=setup, clock=clock)
     for i in range(n):
-        host.start("ticker", f"t{i:05d}")
+        host.start("ticker", f"t{i:05d}", {"n": i})
     setup.close()
     clock.advance(10)
     store = sb.SQLiteStore(path)

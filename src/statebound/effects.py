@@ -26,12 +26,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Union
 
+from ._fastinit import fast_init
+
 __all__ = [
     "Send", "SendDelayed", "Cancel", "Invoke", "CancelInvoke", "Autoforward",
     "Log", "Done", "BudgetExhausted", "Effect",
 ]
 
 
+@fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class _Stamp:
     macrostep: int = 0
@@ -39,6 +42,7 @@ class _Stamp:
     round: int = 0
 
 
+@fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Send(_Stamp):
     """An immediate ``<send>`` to an external target (another session, the parent, a child).
@@ -69,6 +73,7 @@ class Send(_Stamp):
     id_from_author: bool = False
 
 
+@fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SendDelayed(_Stamp):
     """A ``<send>`` with a delay (or a named ``<sb:timeout>``): the host stores a timer row.
@@ -98,6 +103,7 @@ class SendDelayed(_Stamp):
     name: str | None = None
 
 
+@fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Cancel(_Stamp):
     """Cancel every pending timer row with this ``send_id`` in this session (no-op if none)."""
@@ -109,6 +115,7 @@ class Cancel(_Stamp):
     caller_context: Any = None
 
 
+@fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Invoke(_Stamp):
     """Start an invoked child session.
@@ -138,6 +145,7 @@ class Invoke(_Stamp):
     c_index: int
 
 
+@fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class CancelInvoke(_Stamp):
     """Cancel (purge) the child session started by the invoke with this id."""
@@ -145,6 +153,7 @@ class CancelInvoke(_Stamp):
     invokeid: str
 
 
+@fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Autoforward(_Stamp):
     """Forward an external event to an invoked child (``autoforward="true"``)."""
@@ -153,6 +162,7 @@ class Autoforward(_Stamp):
     event: Any  # statebound.Event
 
 
+@fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Log(_Stamp):
     """A ``<log>``: ``label`` as written, ``value`` as evaluated."""
@@ -161,6 +171,7 @@ class Log(_Stamp):
     value: Any
 
 
+@fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Done(_Stamp):
     """The session reached a top-level final state. ``donedata`` is its ``<donedata>``."""
@@ -168,6 +179,7 @@ class Done(_Stamp):
     donedata: Any
 
 
+@fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class BudgetExhausted(_Stamp):
     """The drive ran out of budget; the position was not changed.

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from ._fastinit import fast_init
+
 __all__ = ["Event", "SCXML_PROCESSOR", "BASICHTTP_PROCESSOR", "CANCEL_EVENT"]
 
 #: The type URI of the SCXML event I/O processor (W3C SCXML §C.1).
@@ -17,6 +19,7 @@ BASICHTTP_PROCESSOR = "http://www.w3.org/TR/scxml/#BasicHTTPEventProcessor"
 CANCEL_EVENT = "cancel"
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class Event:
     """An SCXML event, as seen by the chart through ``_event``.

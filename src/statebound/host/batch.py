@@ -42,6 +42,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from .._fastinit import fast_init
 from ..exceptions import ConflictError, StateboundError
 from ..interpreter import Position
 from . import firing, runner
@@ -56,6 +57,7 @@ __all__ = ["SendResult", "GroupCommit", "Job", "SendJob", "FireJob"]
 log = logging.getLogger("statebound")
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class SendResult:
     """What ``host.send_many`` did with one item.
@@ -103,6 +105,10 @@ class Job:
     def done(self, result: Any) -> None:
         """The unit's commit landed (or it had nothing to write)."""
 
+    def outcome(self, result: Any) -> str | None:
+        """The ``host.metrics`` total a landed unit adds one to, if any (counted per group)."""
+        return None
+
     def failed(self, exc: Exception) -> None:
         """The item failed with nothing of it written."""
 
@@ -146,8 +152,10 @@ class FireJob(Job):
         return firing.fire_completion(self.row, self.node, result)
 
     def done(self, result: Any) -> None:
-        firing.count(self.host, result[0])
         self.results[self.index] = FireResult(self.row.key, result[0], result[1], self.lag)
+
+    def outcome(self, result: Any) -> str | None:
+        return result[0]
 
     def failed(self, exc: Exception) -> None:
         self.results[self.index] = firing.fire_failed(self.host, self.row, self.node, exc, self.lag)
@@ -180,6 +188,9 @@ class GroupCommit:
             self._prefetch(window, cache)
             group: list[tuple[Job, Unit, Any, Commit]] = []
             touched: set[str] = set()
+            # what the group adds to host.metrics, added once for all its units (the
+            # counters take a lock): the units' drives, then the commits and outcomes
+            counts: dict[str, int] = {}
             for job in window:
                 if not touched.isdisjoint(job.ids):
                     break               # the group commits first; this job then sees its writes
@@ -190,13 +201,14 @@ class GroupCommit:
                     i += 1
                     continue
                 try:
-                    u, result, commit = runner.attempt(h, job.unit, job.completion, cache)
+                    u, result, commit = runner.attempt(h, job.unit, job.completion, cache, counts=counts)
                 except Exception as exc:  # refused (unknown instance, halted...) or a drive failure
                     job.failed(exc)
                     i += 1
                     continue
                 mine = commit_instance_ids(commit)   # a fresh set: add the rest to it
                 mine.update(u.entries)
+                runner.forget_entries(u)
                 if u.missing:
                     mine |= u.missing
                 if not touched.isdisjoint(mine):
@@ -204,7 +216,9 @@ class GroupCommit:
                 touched |= mine
                 group.append((job, u, result, commit))
                 i += 1
-            self._flush(group, commit_many)
+            self._flush(group, commit_many, counts)
+            if counts:
+                h.metrics.add_many(counts)
             for iid in touched:
                 cache.pop(iid, None)
 
@@ -224,7 +238,7 @@ class GroupCommit:
         for iid in want:
             cache[iid] = found.get(iid)
 
-    def _flush(self, group: list[tuple[Job, Unit, Any, Commit]], commit_many: Any) -> None:
+    def _flush(self, group: list[tuple[Job, Unit, Any, Commit]], commit_many: Any, tally: dict[str, int]) -> None:
         if not group:
             return
         h = self.host
@@ -239,7 +253,7 @@ class GroupCommit:
                 for job, *_ in group:
                     job.failed(exc)
                 return
-            h.metrics.add("group_commits")
+            tally["group_commits"] = 1
         deliver: list[TimerRow] = []
         landed = 0
         for (job, u, result, commit), err in zip(group, outcomes, strict=True):
@@ -248,12 +262,15 @@ class GroupCommit:
                     landed += 1
                 deliver.extend(runner.landed(h, u, commit))
                 job.done(result)
+                name = job.outcome(result)
+                if name is not None:
+                    tally[name] = tally.get(name, 0) + 1
             elif isinstance(err, ConflictError):
                 h.metrics.add("conflicts")
                 job.alone()             # reload and retry on its own, as a single call would
             else:
                 job.failed(err)
         if landed:
-            h.metrics.add("commits", landed)   # once per group: the counters take a lock
+            tally["commits"] = landed
         if deliver:
             h._outbox.after_commit(deliver)

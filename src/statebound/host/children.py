@@ -58,7 +58,6 @@ def start_instance(h: Host, u: Unit, instance_id: str, chart: Chart, data: Mappi
                                 only_declared=parent is not None, invokers=seed.invokers,
                                 budget=u.budget)
     e.position, e.dirty = pos, True
-    h.metrics.add("drives")
     h._apply(u, instance_id, effects, caller_context)
 
 

@@ -31,6 +31,12 @@ class Counters(dict[str, int]):
         with self._lock:
             self[name] = self.get(name, 0) + n
 
+    def add_many(self, counts: dict[str, int]) -> None:
+        """Add several totals under one lock (a group commit counts its units at once)."""
+        with self._lock:
+            for name, n in counts.items():
+                self[name] = self.get(name, 0) + n
+
     def snapshot(self) -> dict[str, int]:
         """A plain copy, consistent across names (taken under the lock)."""
         with self._lock:

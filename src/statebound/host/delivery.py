@@ -52,7 +52,6 @@ def drain(h: Host, u: Unit) -> None:
             e.steps.append({"event": ev.to_dict()} if ctx is None else {"event": ev.to_dict(), "context": ctx})
         interp = h._interpreters[e.position.chart.identity]
         pos, effects = interp.drive(e.position, ev, caller_context=ctx, budget=u.budget)
-        h.metrics.add("drives")
         if u.deliveries + u.starts > 1 and pos is e.position and _out_of_budget(effects):
             # Earlier drives of this call spent the budget: this event is not to blame,
             # so it waits (as a row due now) for a call with a budget of its own.

@@ -32,7 +32,7 @@ from .wakeup import wakeups_for
 if TYPE_CHECKING:
     from .host import Host
 
-__all__ = ["run", "attempt", "landed", "build_commit", "load", "decode", "fetch", "wake", "result", "bare"]
+__all__ = ["run", "attempt", "forget_entries", "landed", "build_commit", "load", "decode", "fetch", "wake", "result", "bare"]
 
 log = logging.getLogger("statebound")
 
@@ -55,6 +55,7 @@ def run(h: Host, fn: Any, *, creating: str | None = None, completion: Any = None
             # growing with each attempt, spreads them out (full jitter).
             time.sleep(h._random.uniform(0, min(h.conflict_backoff_s * (2 ** n), 0.25)))
         u, res, commit = attempt(h, fn, completion, None, budget)
+        forget_entries(u)
         try:
             if not commit.empty:
                 h.store.commit(commit)
@@ -81,16 +82,36 @@ def run(h: Host, fn: Any, *, creating: str | None = None, completion: Any = None
 
 
 def attempt(h: Host, fn: Any, completion: Any, cache: dict[str, PositionRecord | None] | None = None,
-            budget: Budget | None = None) -> tuple[Unit, Any, Commit]:
+            budget: Budget | None = None, counts: dict[str, int] | None = None) -> tuple[Unit, Any, Commit]:
     """Run a unit once, from fresh loads (or ``cache``, in a batch), and build its commit.
 
     ``budget`` is the call's (``run`` shares one across retries); a unit of a group gets
-    its own, started now, since a budget counts this thread's CPU from its start."""
+    its own, started now, since a budget counts this thread's CPU from its start.
+    The unit's drives (its deliveries and starts) are added to ``host.metrics`` once it
+    ends, or to ``counts`` (a group adds those to the metrics once for all its units)."""
     if budget is None:
         budget = Budget(h.max_cpu_ms, h.max_memory_bytes).start()
     u = Unit(cache=cache, budget=budget)
-    res = fn(u)
-    return u, res, build_commit(h, u, completion(res) if completion else None)
+    try:
+        res = fn(u)
+        return u, res, build_commit(h, u, completion(res) if completion else None)
+    finally:
+        drives = u.deliveries + u.starts
+        if drives:
+            if counts is None:
+                h.metrics.add("drives", drives)
+            else:
+                counts["drives"] = counts.get("drives", 0) + drives
+
+
+def forget_entries(u: Unit) -> None:
+    """Drop the unit's entries once its commit is built (nothing reads them after).
+
+    A stamped position's ``routes`` closes over its unit, so unit -> entry -> position ->
+    routes -> unit is a reference cycle: left alone, every unit and what it loaded would
+    wait for the cycle collector, which a group of a hundred units keeps busy. Clearing
+    the entries breaks the cycle and lets reference counting free them at once."""
+    u.entries.clear()
 
 
 def landed(h: Host, u: Unit, commit: Commit) -> list[TimerRow]:

@@ -49,6 +49,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import msgpack
 
+from .._fastinit import fast_init
 from ..exceptions import InvalidInstanceId, SerializationError, StateboundError, StoreError
 
 __all__ = [
@@ -123,6 +124,7 @@ ROW_KINDS = (TIMER, SEND, INVOKE, CANCEL)
 TimerKey = tuple[str, int]
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class TimerRef:
     """What a position record remembers about one of its pending timer rows."""
@@ -132,6 +134,7 @@ class TimerRef:
     name: str | None = None
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class KeyRecord:
     """One inbound idempotency key an instance has applied, kept beside its position.
@@ -145,6 +148,7 @@ class KeyRecord:
     fingerprint: bytes
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class PositionRecord:
     """A stored instance, as returned by :meth:`Store.load`.
@@ -171,6 +175,7 @@ class PositionRecord:
     idempotency: tuple[KeyRecord, ...] = ()
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class TimerRow:
     """One durable row: a timer, or an outbox entry (see ``kind``).
@@ -267,6 +272,7 @@ def make_timer_row(instance_id: str, ordinal: int, target_id: str, due_at_ms: in
     return row
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class PositionWrite:
     """One position to write in a commit.
@@ -290,6 +296,7 @@ class PositionWrite:
     idempotency: tuple[KeyRecord, ...] = ()
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class TimerCompletion:
     """Finishes the fired row in the same commit.
@@ -313,6 +320,7 @@ class TimerCompletion:
     error: str | None = None
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class HistoryRecord:
     """One entry of an instance's execution history (``Host(history=...)``), appended in the
@@ -383,6 +391,7 @@ def unpack_history(raw: bytes) -> HistoryRecord:
     return HistoryRecord.from_dict(unpack_field(raw, "history record"))
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class Commit:
     """Everything one host call writes, applied atomically by :meth:`Store.commit`.

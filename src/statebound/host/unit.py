@@ -10,6 +10,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
+from .._fastinit import fast_init
 from ..datamodel.budget import Budget
 from ..interpreter import Position
 from .store import KeyRecord, PositionRecord, TimerKey, TimerRef, TimerRow
@@ -17,6 +18,7 @@ from .store import KeyRecord, PositionRecord, TimerKey, TimerRef, TimerRow
 __all__ = ["Entry", "Unit", "AlreadyDone", "FireResult"]
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class FireResult:
     """What happened to one row: ``fired``, ``discarded``, ``stale``, ``skipped`` or ``failed``
@@ -59,7 +61,7 @@ class Entry:
     decoded: bool = False
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class Unit:
     """The working set of one host call."""
 
@@ -85,6 +87,22 @@ class Unit:
     cache: dict[str, PositionRecord | None] | None = None
     #: instances this unit looked for and did not find (a batch keeps them out of other units)
     missing: set[str] = field(default_factory=set)
+
+    def __init__(self, cache: dict[str, PositionRecord | None] | None = None, budget: Budget | None = None) -> None:
+        # One per host call: literals instead of the generated init's eight factory calls.
+        self.entries = {}
+        self.queue = deque()
+        self.puts = {}
+        self.deletes = []
+        self.protected = None
+        self.deliveries = 0
+        self.deliver = set()
+        self.answered = set()
+        self.call = {}
+        self.budget = budget
+        self.starts = 0
+        self.cache = cache
+        self.missing = set()
 
 
 class AlreadyDone(Exception):
