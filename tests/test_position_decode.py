@@ -1,0 +1,106 @@
+"""The decode hot path: what ``from_bytes`` remembers per chart, and the shape of what it builds."""
+
+from __future__ import annotations
+
+import msgpack
+import pytest
+
+import statebound as sb
+from statebound import position as P
+from statebound.interpreter.state import make_position
+
+NS = 'xmlns="http://www.w3.org/2005/07/scxml"'
+
+
+def _chart(datamodel: str) -> sb.Chart:
+    return sb.Chart.from_scxml(f"""<scxml {NS} name="memo" datamodel="{datamodel}" initial="a">
+      <datamodel><data id="x" expr="1"/></datamodel>
+      <state id="a"><transition event="go" target="b"/></state><state id="b"/></scxml>""")
+
+
+def _blob(chart: sb.Chart, values) -> bytes:
+    """A blob of a fresh session on ``chart`` holding datamodel ``values`` (however hostile)."""
+    pos, _ = sb.Interpreter(chart).start("s-1")
+    forged = make_position(chart, pos.session_id, pos.status, pos.states, pos.history,
+                           msgpack.packb(values, use_bin_type=True, datetime=False), pos.macrostep,
+                           pos.send_counter, pos.ordinal, pos.invoke_counter, pos.invocations, pos.initialized,
+                           pos.parent, pos.invokeid, pos.timeouts)
+    return forged.to_bytes()
+
+
+@pytest.fixture
+def checks(monkeypatch):
+    """Every datamodel check ``from_bytes`` runs, by the values it checked."""
+    seen: list = []
+    real = P._check_vars
+
+    def counting(values, chart):
+        seen.append(values)
+        return real(values, chart)
+    monkeypatch.setattr(P, "_check_vars", counting)
+    return seen
+
+
+def test_a_datamodel_found_legal_is_not_checked_again_on_that_chart(checks):
+    py = _chart("python")
+    blob = _blob(py, {"x": 1})
+    first = sb.Position.from_bytes(blob, py)
+    assert checks == [{"x": 1}]
+    again = sb.Position.from_bytes(blob, py)
+    assert again == first and checks == [{"x": 1}]
+    sb.Position.from_bytes(_blob(py, {"x": 2}), py)          # other bytes: checked
+    assert checks == [{"x": 1}, {"x": 2}]
+    sb.Position.from_bytes(blob, _chart("python"))          # same bytes, another chart object: checked
+    assert len(checks) == 3
+
+
+def test_bytes_legal_on_one_datamodel_are_still_refused_on_another():
+    values = {"x": b"raw bytes"}   # a python value no ecmascript datamodel holds
+    py, js = _chart("python"), _chart("ecmascript")
+    assert sb.Position.from_bytes(_blob(py, values), py).datamodel["x"] == b"raw bytes"
+    assert sb.Position.from_bytes(_blob(py, values), py).datamodel["x"] == b"raw bytes"   # remembered
+    with pytest.raises(sb.CorruptPosition, match="does not fit"):
+        sb.Position.from_bytes(_blob(js, values), js)
+    with pytest.raises(sb.CorruptPosition, match="does not fit"):   # refusals are never remembered
+        sb.Position.from_bytes(_blob(js, values), js)
+
+
+def test_the_datamodel_memo_is_bounded(checks, monkeypatch):
+    py = _chart("python")
+    big = {"x": "y" * (P._DATA_OK_BYTES + 1)}
+    for _ in range(2):
+        sb.Position.from_bytes(_blob(py, big), py)
+    assert len(checks) == 2                                  # too large to remember: checked each time
+    monkeypatch.setattr(P, "_LEGAL_MAX", 3)
+    for i in range(7):
+        sb.Position.from_bytes(_blob(py, {"x": i}), py)
+    assert len(py._caches[P._DATA_OK_KEY]) <= 3
+
+
+def test_a_refused_datamodel_leaves_no_trace_for_the_next_blob():
+    py = _chart("python")
+    with pytest.raises(sb.CorruptPosition):
+        sb.Position.from_bytes(_blob(py, {"_event": 1}), py)
+    with pytest.raises(sb.CorruptPosition):
+        sb.Position.from_bytes(_blob(py, {"_event": 1}), py)
+    assert all(b"_event" not in k for k in py._caches.get(P._DATA_OK_KEY, {}))
+
+
+@pytest.mark.parametrize("codec", ["msgpack", "cbor"])
+def test_a_decoded_position_holds_tuples_and_hashes_like_the_original(codec):
+    chart = sb.Chart.from_scxml(f"""<scxml {NS} name="h" initial="p">
+      <state id="p" initial="p1"><history id="ph" type="deep"><transition target="p1"/></history>
+        <state id="p1"><transition event="a" target="p2"/></state><state id="p2"/>
+        <transition event="out" target="q"/></state>
+      <state id="q"><transition event="back" target="ph"/></state></scxml>""")
+    it = sb.Interpreter(chart)
+    pos, _ = it.start("h-1")
+    for ev in ("a", "out"):
+        pos, _ = it.drive(pos, ev)
+    assert pos.history
+    back = sb.Position.from_bytes(pos.to_bytes(codec), chart)
+    assert back == pos and hash(back) == hash(pos)
+    assert type(back.states) is tuple and type(back.history) is tuple
+    assert all(type(h) is tuple and type(h[1]) is tuple for h in back.history)
+    assert type(back.initialized) is tuple and type(back.timeouts) is tuple and type(back.invocations) is tuple
+
