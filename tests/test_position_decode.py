@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import msgpack
 import pytest
 
@@ -104,3 +106,15 @@ def test_a_decoded_position_holds_tuples_and_hashes_like_the_original(codec):
     assert all(type(h) is tuple and type(h[1]) is tuple for h in back.history)
     assert type(back.initialized) is tuple and type(back.timeouts) is tuple and type(back.invocations) is tuple
 
+
+def test_restamp_is_replace_and_keeps_a_position_that_already_carries_the_values():
+    pos, _ = sb.Interpreter(_chart("python")).start("s-1")
+    routes, iop = (lambda sid: True), {"x": {}}
+    stamped = pos.restamp(routes=routes, ioprocessors=iop, invokers=frozenset({"t"}))
+    assert stamped == dataclasses.replace(pos, routes=routes, ioprocessors=iop, invokers=frozenset({"t"}))
+    assert (stamped.routes, stamped.ioprocessors, stamped.callbacks) == (routes, iop, None)
+    assert pos.routes is None and pos.ioprocessors is None                  # the original is untouched
+    assert stamped.restamp(routes=routes, ioprocessors=iop, invokers=stamped.invokers) is stamped
+    bare = stamped.restamp()
+    assert bare is not stamped and bare == pos and bare.routes is None and bare.invokers is None
+    assert bare.restamp() is bare
