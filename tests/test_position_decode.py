@@ -118,3 +118,31 @@ def test_restamp_is_replace_and_keeps_a_position_that_already_carries_the_values
     bare = stamped.restamp()
     assert bare is not stamped and bare == pos and bare.routes is None and bare.invokers is None
     assert bare.restamp() is bare
+
+
+def test_a_failed_encode_leaves_nothing_behind_for_the_next():
+    pos, _ = sb.Interpreter(_chart("python")).start("s-1")
+    good = pos.to_bytes()
+    for bad in (dataclasses.replace(pos, data=object()), dataclasses.replace(pos, session_id="\udc80")):
+        with pytest.raises(sb.SerializationError, match="cannot be encoded"):
+            bad.to_bytes()
+        assert pos.to_bytes() == good
+    head = P.read_header(good).payload_offset
+    assert msgpack.unpackb(good[head:], use_list=True) == ["s-1", 0, list(pos.states), pos.data]
+
+
+@pytest.mark.parametrize("codec", ["msgpack", "cbor"])
+def test_trailing_defaults_are_left_out_up_to_the_last_field_set(codec):
+    pos, _ = sb.Interpreter(_chart("python")).start("s-1")
+    pos = dataclasses.replace(pos, data=b"")
+    head = P.read_header(pos.to_bytes(codec)).payload_offset
+    load = msgpack.unpackb if codec == "msgpack" else __import__("cbor2").loads
+    sizes = {}
+    for field, value in [(None, None), ("macrostep", 1), ("send_counter", 1), ("ordinal", 1),
+                         ("invoke_counter", 1), ("initialized", (0,)), ("parent", "mom"), ("invokeid", "k.1")]:
+        p = dataclasses.replace(pos, **{field: value}) if field else pos
+        fields = load(p.to_bytes(codec)[head:])
+        sizes[field] = len(fields)
+        assert sb.Position.from_bytes(p.to_bytes(codec), p.chart) == p
+    assert sizes == {None: 3, "macrostep": 5, "send_counter": 6, "ordinal": 7, "invoke_counter": 8,
+                     "initialized": 12, "parent": 13, "invokeid": 14}

@@ -27,6 +27,7 @@ is how the ``Position`` methods reach it while imports still flow one way.
 from __future__ import annotations
 
 import sys
+import threading
 from collections.abc import Callable, Mapping, Set as AbstractSet
 from dataclasses import dataclass
 from typing import Any
@@ -61,6 +62,7 @@ READABLE_VERSIONS: frozenset[int] = frozenset({1})
 #: Codec name -> the tag byte stored at offset 5.
 CODECS: Mapping[str, int] = {"msgpack": ord("m"), "cbor": ord("c")}
 _CODEC_NAMES = {v: k for k, v in CODECS.items()}
+_HEADER_KEYS = {tag: f"position.header.{tag}" for tag in _CODEC_NAMES}
 
 _STATUS_CODE = {RUNNING: 0, DONE: 1, CANCELLED: 2}
 _STATUS_NAME = (RUNNING, DONE, CANCELLED)
@@ -176,7 +178,7 @@ def _digest(chart: Chart) -> bytes:
 
 def _header(chart: Chart, tag: int) -> bytes:
     """The header bytes of ``chart`` for codec ``tag``, cached on the chart (hot path)."""
-    key = f"position.header.{tag}"
+    key = _HEADER_KEYS.get(tag) or f"position.header.{tag}"
     h = chart._caches.get(key)
     if h is None:
         name = chart.name.encode()
@@ -272,7 +274,7 @@ def _cbor() -> Any:
     return cbor2
 
 
-def _fields(pos: Position, data: Any, data_default: Any) -> list[Any]:
+def _timeouts(pos: Position) -> list[list[Any]]:
     timeouts = []
     states = pos.chart.states
     for t in pos.timeouts:
@@ -282,33 +284,64 @@ def _fields(pos: Position, data: Any, data_default: Any) -> list[Any]:
         while len(tf) > 3 and tf[-1] is None:
             tf.pop()
         timeouts.append(tf)
+    return timeouts
+
+
+def _fields(pos: Position, data: Any, data_default: Any) -> list[Any]:
     try:
         status = _STATUS_CODE[pos.status]
     except KeyError:
         raise SerializationError(f"position status {pos.status!r} is not one of running/done/cancelled") \
             from None
+    # Trailing defaults are left out: most positions trail eight or more, so the last field
+    # that is not one is found from the end first and only the fields before it are built.
+    if pos.invokeid is not None:
+        n = 14
+    elif pos.parent is not None:
+        n = 13
+    elif pos.initialized:
+        n = 12
+    elif pos.invocations:
+        n = 11
+    elif pos.timeouts:
+        n = 10
+    elif pos.history:
+        n = 9
+    elif pos.invoke_counter != 0:
+        n = 8
+    elif pos.ordinal != 0:
+        n = 7
+    elif pos.send_counter != 0:
+        n = 6
+    elif pos.macrostep != 0:
+        n = 5
+    else:
+        return [pos.session_id, status, pos.states] if data == data_default else \
+            [pos.session_id, status, pos.states, data]
     f = [pos.session_id, status, pos.states, data, pos.macrostep, pos.send_counter, pos.ordinal,
-         pos.invoke_counter, pos.history, timeouts,
-         [(i.invokeid, i.state, i.index, i.autoforward) for i in pos.invocations],
+         pos.invoke_counter, pos.history, _timeouts(pos) if n > 9 else _EMPTY,
+         [(i.invokeid, i.state, i.index, i.autoforward) for i in pos.invocations] if n > 10 else _EMPTY,
          pos.initialized, pos.parent, pos.invokeid]
-    # Trailing defaults are left out. Inline rather than a helper per field: this runs on
-    # every write, and most positions trail eight or more defaults.
-    n = len(f)
-    while n > _V1_MIN:
-        k = n - 1
-        v = f[k]
-        if k >= 12:
-            default = v is None
-        elif k >= 8:
-            default = not v  # an empty tuple or list, whichever the position holds
-        elif k >= 4:
-            default = v == 0
-        else:
-            default = v == data_default
-        if not default:
-            break
-        n = k
-    return f if n == len(f) else f[:n]
+    if n < 14:
+        del f[n:]
+    return f
+
+
+# Packing with a fresh Packer (what msgpack.packb does) costs as much again as the packing;
+# one kept per thread, since a Packer holds its buffer between calls.
+_local = threading.local()
+
+
+def _packb(f: list[Any]) -> bytes:
+    try:
+        packer = _local.packer
+    except AttributeError:
+        packer = _local.packer = msgpack.Packer(use_bin_type=True)
+    try:
+        return packer.pack(f)
+    except BaseException:
+        packer.reset()   # a failed pack leaves what it wrote so far in the buffer
+        raise
 
 
 def to_bytes(pos: Position, codec: str = "msgpack") -> bytes:
@@ -322,10 +355,10 @@ def to_bytes(pos: Position, codec: str = "msgpack") -> bytes:
     if codec == "msgpack":
         f = _fields(pos, pos.data, b"")
         try:
-            body = msgpack.packb(f, use_bin_type=True)
+            body = _packb(f)
         except (TypeError, ValueError, OverflowError) as exc:
             raise SerializationError(f"position cannot be encoded (msgpack): {exc}") from None
-        return _header(pos.chart, CODECS["msgpack"]) + body
+        return _header(pos.chart, _MSGPACK) + body
     if codec == "cbor":
         cbor2 = _cbor()
         try:
