@@ -146,3 +146,17 @@ def test_trailing_defaults_are_left_out_up_to_the_last_field_set(codec):
         assert sb.Position.from_bytes(p.to_bytes(codec), p.chart) == p
     assert sizes == {None: 3, "macrostep": 5, "send_counter": 6, "ordinal": 7, "invoke_counter": 8,
                      "initialized": 12, "parent": 13, "invokeid": 14}
+
+
+def test_the_cached_header_path_decodes_what_the_checked_path_does():
+    py = _chart("python")
+    pos, _ = sb.Interpreter(py).start("s-1")
+    blob = pos.to_bytes()
+    assert py._caches.get(P._MSGPACK_HEADER_KEY) == blob[:P.read_header(blob).payload_offset]
+    for form in (blob, bytearray(blob), memoryview(blob)):
+        assert sb.Position.from_bytes(form, py) == pos
+    other = _chart("python")      # the same source: the same identity, its own caches
+    assert other._caches.get(P._MSGPACK_HEADER_KEY) is None
+    assert sb.Position.from_bytes(blob, other) == pos
+    with pytest.raises(sb.CorruptPosition):                  # the header matches, the payload does not
+        sb.Position.from_bytes(blob + b"\xc1", py)

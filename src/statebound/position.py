@@ -63,6 +63,7 @@ READABLE_VERSIONS: frozenset[int] = frozenset({1})
 CODECS: Mapping[str, int] = {"msgpack": ord("m"), "cbor": ord("c")}
 _CODEC_NAMES = {v: k for k, v in CODECS.items()}
 _HEADER_KEYS = {tag: f"position.header.{tag}" for tag in _CODEC_NAMES}
+_MSGPACK_HEADER_KEY = _HEADER_KEYS[ord("m")]
 
 _STATUS_CODE = {RUNNING: 0, DONE: 1, CANCELLED: 2}
 _STATUS_NAME = (RUNNING, DONE, CANCELLED)
@@ -392,6 +393,12 @@ def from_bytes(blob: bytes, chart: Chart) -> Position:
 
     Nothing else escapes, whatever the input.
     """
+    if type(blob) is bytes:
+        # Fastest path: a msgpack blob of this chart starts with the header the chart caches
+        # (magic, version, codec, identity, labels: everything the checks below read).
+        head = chart._caches.get(_MSGPACK_HEADER_KEY)
+        if head is not None and blob.startswith(head):
+            return _decode(blob, len(head), _MSGPACK, blob[4], chart)
     blob = _as_bytes(blob)
     if blob[:4] != MAGIC:
         raise NotAPosition("not a statebound position (bad magic prefix)")
@@ -484,7 +491,7 @@ def _build(chart: Chart, f: list[Any] | tuple[Any, ...], cbor: bool) -> Position
     if n < _V1_MIN or n > _N_FIELDS:
         raise _bad(f"payload has {n} fields; format 1 has {_V1_MIN} to {_N_FIELDS}")
     if n < _N_FIELDS:
-        f = (*f, *_PAD[n])
+        f = (f if type(f) is tuple else tuple(f)) + _PAD[n]
     (session_id, status, states_in, raw, c0, c1, c2, c3, history_in, timeouts_in, invocations_in,
      initialized_in, parent, invokeid) = f
     if type(session_id) is not str:
