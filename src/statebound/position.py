@@ -27,7 +27,8 @@ is how the ``Position`` methods reach it while imports still flow one way.
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Mapping
+import threading
+from collections.abc import Callable, Mapping, Set as AbstractSet
 from dataclasses import dataclass
 from typing import Any
 
@@ -61,6 +62,8 @@ READABLE_VERSIONS: frozenset[int] = frozenset({1})
 #: Codec name -> the tag byte stored at offset 5.
 CODECS: Mapping[str, int] = {"msgpack": ord("m"), "cbor": ord("c")}
 _CODEC_NAMES = {v: k for k, v in CODECS.items()}
+_HEADER_KEYS = {tag: f"position.header.{tag}" for tag in _CODEC_NAMES}
+_MSGPACK_HEADER_KEY = _HEADER_KEYS[ord("m")]
 
 _STATUS_CODE = {RUNNING: 0, DONE: 1, CANCELLED: 2}
 _STATUS_NAME = (RUNNING, DONE, CANCELLED)
@@ -80,6 +83,16 @@ _EMPTY: tuple[Any, ...] = ()
 #: ``Chart._caches`` key of the configurations already found legal (value: ``running``)
 _LEGAL_KEY = "position.legal"
 _LEGAL_MAX = 4096
+#: ``Chart._caches`` key of the datamodel bytes already found to fit the chart, and the
+#: largest bytes remembered there (so the memo stays under a few MB per chart)
+_DATA_OK_KEY = "position.data_ok"
+_DATA_OK_BYTES = 512
+_N_FIELDS = len(_V1_FIELDS)
+#: what a payload of n fields lacks, by n (trailing defaults are not written)
+_PAD = tuple((None,) * (_N_FIELDS - n) for n in range(_N_FIELDS + 1))
+_MSGPACK = ord("m")
+_NONE_ACTIVE: frozenset[int] = frozenset()
+_unpackb = msgpack.unpackb
 
 
 class MigrationError(PositionError):
@@ -166,7 +179,7 @@ def _digest(chart: Chart) -> bytes:
 
 def _header(chart: Chart, tag: int) -> bytes:
     """The header bytes of ``chart`` for codec ``tag``, cached on the chart (hot path)."""
-    key = f"position.header.{tag}"
+    key = _HEADER_KEYS.get(tag) or f"position.header.{tag}"
     h = chart._caches.get(key)
     if h is None:
         name = chart.name.encode()
@@ -262,7 +275,7 @@ def _cbor() -> Any:
     return cbor2
 
 
-def _fields(pos: Position, data: Any, data_default: Any) -> list[Any]:
+def _timeouts(pos: Position) -> list[list[Any]]:
     timeouts = []
     states = pos.chart.states
     for t in pos.timeouts:
@@ -272,33 +285,64 @@ def _fields(pos: Position, data: Any, data_default: Any) -> list[Any]:
         while len(tf) > 3 and tf[-1] is None:
             tf.pop()
         timeouts.append(tf)
+    return timeouts
+
+
+def _fields(pos: Position, data: Any, data_default: Any) -> list[Any]:
     try:
         status = _STATUS_CODE[pos.status]
     except KeyError:
         raise SerializationError(f"position status {pos.status!r} is not one of running/done/cancelled") \
             from None
+    # Trailing defaults are left out: most positions trail eight or more, so the last field
+    # that is not one is found from the end first and only the fields before it are built.
+    if pos.invokeid is not None:
+        n = 14
+    elif pos.parent is not None:
+        n = 13
+    elif pos.initialized:
+        n = 12
+    elif pos.invocations:
+        n = 11
+    elif pos.timeouts:
+        n = 10
+    elif pos.history:
+        n = 9
+    elif pos.invoke_counter != 0:
+        n = 8
+    elif pos.ordinal != 0:
+        n = 7
+    elif pos.send_counter != 0:
+        n = 6
+    elif pos.macrostep != 0:
+        n = 5
+    else:
+        return [pos.session_id, status, pos.states] if data == data_default else \
+            [pos.session_id, status, pos.states, data]
     f = [pos.session_id, status, pos.states, data, pos.macrostep, pos.send_counter, pos.ordinal,
-         pos.invoke_counter, pos.history, timeouts,
-         [(i.invokeid, i.state, i.index, i.autoforward) for i in pos.invocations],
+         pos.invoke_counter, pos.history, _timeouts(pos) if n > 9 else _EMPTY,
+         [(i.invokeid, i.state, i.index, i.autoforward) for i in pos.invocations] if n > 10 else _EMPTY,
          pos.initialized, pos.parent, pos.invokeid]
-    # Trailing defaults are left out. Inline rather than a helper per field: this runs on
-    # every write, and most positions trail eight or more defaults.
-    n = len(f)
-    while n > _V1_MIN:
-        k = n - 1
-        v = f[k]
-        if k >= 12:
-            default = v is None
-        elif k >= 8:
-            default = not v  # an empty tuple or list, whichever the position holds
-        elif k >= 4:
-            default = v == 0
-        else:
-            default = v == data_default
-        if not default:
-            break
-        n = k
-    return f if n == len(f) else f[:n]
+    if n < 14:
+        del f[n:]
+    return f
+
+
+# Packing with a fresh Packer (what msgpack.packb does) costs as much again as the packing;
+# one kept per thread, since a Packer holds its buffer between calls.
+_local = threading.local()
+
+
+def _packb(f: list[Any]) -> bytes:
+    try:
+        packer = _local.packer
+    except AttributeError:
+        packer = _local.packer = msgpack.Packer(use_bin_type=True)
+    try:
+        return packer.pack(f)
+    except BaseException:
+        packer.reset()   # a failed pack leaves what it wrote so far in the buffer
+        raise
 
 
 def to_bytes(pos: Position, codec: str = "msgpack") -> bytes:
@@ -312,10 +356,10 @@ def to_bytes(pos: Position, codec: str = "msgpack") -> bytes:
     if codec == "msgpack":
         f = _fields(pos, pos.data, b"")
         try:
-            body = msgpack.packb(f, use_bin_type=True)
+            body = _packb(f)
         except (TypeError, ValueError, OverflowError) as exc:
             raise SerializationError(f"position cannot be encoded (msgpack): {exc}") from None
-        return _header(pos.chart, CODECS["msgpack"]) + body
+        return _header(pos.chart, _MSGPACK) + body
     if codec == "cbor":
         cbor2 = _cbor()
         try:
@@ -349,6 +393,12 @@ def from_bytes(blob: bytes, chart: Chart) -> Position:
 
     Nothing else escapes, whatever the input.
     """
+    if type(blob) is bytes:
+        # Fastest path: a msgpack blob of this chart starts with the header the chart caches
+        # (magic, version, codec, identity, labels: everything the checks below read).
+        head = chart._caches.get(_MSGPACK_HEADER_KEY)
+        if head is not None and blob.startswith(head):
+            return _decode(blob, len(head), _MSGPACK, blob[4], chart)
     blob = _as_bytes(blob)
     if blob[:4] != MAGIC:
         raise NotAPosition("not a statebound position (bad magic prefix)")
@@ -366,18 +416,19 @@ def from_bytes(blob: bytes, chart: Chart) -> Position:
 
 
 def _decode(blob: bytes, offset: int, tag: int, version: int, chart: Chart) -> Position:
-    payload = blob[offset:]
     try:
-        if tag == CODECS["msgpack"]:
-            fields = msgpack.unpackb(payload, raw=False, use_list=True, strict_map_key=True)
+        if tag == _MSGPACK:
+            # arrays come back as tuples: the configuration and history are kept as they are
+            fields = _unpackb(blob[offset:], raw=False, use_list=False, strict_map_key=True)
             cbor = False
         else:
             cbor2 = _cbor()
-            fields = cbor2.loads(payload)
+            fields = cbor2.loads(blob[offset:])
             cbor = True
-        if type(fields) is not list:
+        if type(fields) is not tuple and type(fields) is not list:
             raise CorruptPosition("payload is not an array")
-        fields = _upgrade(version, fields)
+        if version != FORMAT_VERSION:
+            fields = _upgrade(version, list(fields))
         return _build(chart, fields, cbor)
     except PositionError:
         raise
@@ -413,8 +464,20 @@ def _seq(v: Any, what: str) -> list[Any] | tuple[Any, ...]:
 
 
 def _check_data(data: bytes, chart: Chart) -> None:
-    # Decoding once here means pos.datamodel and the next drive can never fail on it.
+    # Decoding once here means pos.datamodel and the next drive can never fail on it. Whether
+    # bytes fit is a function of the bytes and the chart's datamodel alone, and many sessions
+    # of a chart hold the very same small datamodel (fresh ones, counters, flags): those
+    # already found legal are remembered per chart, bounded in entries and in key size.
+    ok = chart._caches.get(_DATA_OK_KEY)
+    if ok is None:
+        ok = chart._caches.setdefault(_DATA_OK_KEY, {})
+    if data in ok:
+        return
     _check_vars(msgpack.unpackb(data, raw=False, strict_map_key=False), chart)
+    if len(data) <= _DATA_OK_BYTES:
+        if len(ok) >= _LEGAL_MAX:
+            ok.clear()
+        ok[data] = True
 
 
 def _check_vars(vars_: Any, chart: Chart) -> None:
@@ -423,20 +486,20 @@ def _check_vars(vars_: Any, chart: Chart) -> None:
         raise _bad(f"datamodel does not fit chart {chart.name!r} ({chart.datamodel}): {why}")
 
 
-def _build(chart: Chart, f: list[Any], cbor: bool) -> Position:
+def _build(chart: Chart, f: list[Any] | tuple[Any, ...], cbor: bool) -> Position:
     n = len(f)
-    if n < _V1_MIN or n > len(_V1_FIELDS):
-        raise _bad(f"payload has {n} fields; format 1 has {_V1_MIN} to {len(_V1_FIELDS)}")
-    f = f + [None] * (len(_V1_FIELDS) - n)
-    session_id = f[0]
+    if n < _V1_MIN or n > _N_FIELDS:
+        raise _bad(f"payload has {n} fields; format 1 has {_V1_MIN} to {_N_FIELDS}")
+    if n < _N_FIELDS:
+        f = (f if type(f) is tuple else tuple(f)) + _PAD[n]
+    (session_id, status, states_in, raw, c0, c1, c2, c3, history_in, timeouts_in, invocations_in,
+     initialized_in, parent, invokeid) = f
     if type(session_id) is not str:
         raise _bad("session_id must be a string")
-    status = f[1]
     if type(status) is not int or not 0 <= status < 3:
         raise _bad(f"unknown status code {_short(status)}")
     status_name = _STATUS_NAME[status]
 
-    raw = f[3]
     if cbor:
         if raw is None:
             data = b""
@@ -458,21 +521,46 @@ def _build(chart: Chart, f: list[Any], cbor: bool) -> Position:
         else:
             raise _bad("datamodel must be msgpack bytes")
 
-    counters = f[4:8]
-    for k in range(4):
-        v = counters[k]
-        if v is None:
-            counters[k] = 0
-        elif type(v) is not int or not 0 <= v <= _MAX_COUNTER:   # _int, inline: four per decode
-            _int(v, _V1_FIELDS[k + 4])
-    for k in range(8, 12):
-        v = f[k]
-        if v is None:
-            f[k] = _EMPTY
-        elif type(v) is not list:
-            raise _bad(f"{_V1_FIELDS[k]} must be an array")
-    return _assemble(chart, session_id, status_name, f[2], data, counters, f[8], f[9], f[10], f[11],
-                     _opt_str(f[12], "parent"), _opt_str(f[13], "invokeid"))
+    # _int, inline: four per decode, and most counters are small
+    if c0 is None:
+        c0 = 0
+    elif type(c0) is not int or not 0 <= c0 <= _MAX_COUNTER:
+        _int(c0, "macrostep")
+    if c1 is None:
+        c1 = 0
+    elif type(c1) is not int or not 0 <= c1 <= _MAX_COUNTER:
+        _int(c1, "send_counter")
+    if c2 is None:
+        c2 = 0
+    elif type(c2) is not int or not 0 <= c2 <= _MAX_COUNTER:
+        _int(c2, "ordinal")
+    if c3 is None:
+        c3 = 0
+    elif type(c3) is not int or not 0 <= c3 <= _MAX_COUNTER:
+        _int(c3, "invoke_counter")
+    # the codecs give arrays as lists (cbor) or tuples (msgpack), never both in one payload
+    if history_in is None:
+        history_in = _EMPTY
+    elif type(history_in) is not tuple and type(history_in) is not list:
+        raise _bad("history must be an array")
+    if timeouts_in is None:
+        timeouts_in = _EMPTY
+    elif type(timeouts_in) is not tuple and type(timeouts_in) is not list:
+        raise _bad("timeouts must be an array")
+    if invocations_in is None:
+        invocations_in = _EMPTY
+    elif type(invocations_in) is not tuple and type(invocations_in) is not list:
+        raise _bad("invocations must be an array")
+    if initialized_in is None:
+        initialized_in = _EMPTY
+    elif type(initialized_in) is not tuple and type(initialized_in) is not list:
+        raise _bad("initialized must be an array")
+    if parent is not None and type(parent) is not str:
+        raise _bad("parent must be a string or nil")
+    if invokeid is not None and type(invokeid) is not str:
+        raise _bad("invokeid must be a string or nil")
+    return _assemble(chart, session_id, status_name, states_in, data, (c0, c1, c2, c3), history_in, timeouts_in,
+                     invocations_in, initialized_in, parent, invokeid)
 
 
 def _could_leave(nodes: Any, owner: StateNode, rec: Any, deep: bool) -> bool:
@@ -535,7 +623,8 @@ def _check_configuration(nodes: Any, states_in: Any, running: bool) -> tuple[int
     return states
 
 
-def _assemble(chart: Chart, session_id: str, status: str, states_in: Any, data: bytes, counters: list[int],
+def _assemble(chart: Chart, session_id: str, status: str, states_in: Any, data: bytes,
+              counters: tuple[int, int, int, int] | list[int],
               history_in: Any, timeouts_in: Any, invocations_in: Any, initialized_in: Any,
               parent: str | None, invokeid: str | None) -> Position:
     """Check every index against ``chart`` and build the position (shared by decode and import)."""
@@ -552,16 +641,16 @@ def _assemble(chart: Chart, session_id: str, status: str, states_in: Any, data: 
     if legal is None:
         legal = chart._caches.setdefault(_LEGAL_KEY, {})
     seen = None
-    if type(states_in) is list or type(states_in) is tuple:
-        seen = tuple(states_in)
+    if type(states_in) is tuple or type(states_in) is list:
+        seen = states_in if type(states_in) is tuple else tuple(states_in)
         for s in seen:
             if type(s) is not int:
                 seen = None
                 break
-    active: set[int]
+    active: AbstractSet[int]
     if seen is not None and legal.get(seen) == running:
         states = seen
-        active = set(seen) if timeouts_in or invocations_in else set()   # only those two read it
+        active = set(seen) if timeouts_in or invocations_in else _NONE_ACTIVE   # only those two read it
     else:
         states = _check_configuration(nodes, states_in, running)
         if seen is not None:
@@ -570,10 +659,37 @@ def _assemble(chart: Chart, session_id: str, status: str, states_in: Any, data: 
             legal[seen] = running
         active = set(states)
 
-    # -- history: recorded values must be what that history state can record
+    # -- history: recorded values must be what that history state can record. The four
+    # collections below are empty in most positions: nothing is allocated for them then.
+    history: Any = _EMPTY
+    if history_in:
+        history = _check_history(nodes, history_in)
+
+    # -- armed timeouts: exiting a state cancels its timeouts, so the state is active
+    timeouts: Any = _check_timeouts(nodes, timeouts_in, active, counters[2]) if timeouts_in else _EMPTY
+
+    # -- invocations: owned by an active state, pointing at one of its <invoke>s
+    invocations: Any = _check_invocations(nodes, invocations_in, active) if invocations_in else _EMPTY
+
+    initialized: Any = _EMPTY
+    if initialized_in:
+        prev = -1
+        for s in _seq(initialized_in, "initialized"):
+            if type(s) is not int or not prev < s < n_states:
+                raise bad(f"initialized state {_short(s)} is out of range or out of order")
+            prev = s
+        initialized = tuple(initialized_in)
+
+    return make_position(chart, session_id, status, states, history, data, counters[0], counters[1],
+                         counters[2], counters[3], invocations, initialized, parent, invokeid, timeouts)
+
+
+def _check_history(nodes: Any, history_in: Any) -> tuple[tuple[int, tuple[int, ...]], ...]:
+    bad = _bad
+    n_states = len(nodes)
     history = []
     prev = 0
-    for item in _seq(history_in, "history") if history_in else _EMPTY:
+    for item in _seq(history_in, "history"):
         if type(item) not in (list, tuple) or len(item) != 2:
             raise bad("a history entry is [history state, [states]]")
         h, rec = item
@@ -581,7 +697,7 @@ def _assemble(chart: Chart, session_id: str, status: str, states_in: Any, data: 
             raise bad(f"history index {_short(h)} is not a history state (or out of order)")
         prev = h
         hnode = nodes[h]
-        owner: StateNode = nodes[hnode.parent]  # type: ignore[index]
+        owner: StateNode = nodes[hnode.parent]
         deep = hnode.history_type == "deep"
         for r in _seq(rec, "history value"):
             if type(r) is not int or not owner.index < r <= owner.last:
@@ -593,12 +709,14 @@ def _assemble(chart: Chart, session_id: str, status: str, states_in: Any, data: 
             raise bad(f"{hnode.history_type} history {hnode.id!r} records {[nodes[r].id for r in rec][:20]}, "
                       f"which {owner.id!r} cannot have been in when it was left")
         history.append((h, tuple(rec)))
+    return tuple(history)
 
-    # -- armed timeouts: exiting a state cancels its timeouts, so the state is active
-    ordinal = counters[2]
+
+def _check_timeouts(nodes: Any, timeouts_in: Any, active: AbstractSet[int], ordinal: int) -> tuple[ArmedTimeout, ...]:
+    bad = _bad
     timeouts = []
     armed: set[tuple[int, str]] = set()
-    for t in _seq(timeouts_in, "timeouts") if timeouts_in else _EMPTY:
+    for t in _seq(timeouts_in, "timeouts"):
         if type(t) not in (list, tuple) or not 3 <= len(t) <= 5:
             raise bad("a timeout entry is [state, name, ordinal, send_id?, at_ms?]")
         st, name, tord = t[0], t[1], t[2]
@@ -620,12 +738,15 @@ def _assemble(chart: Chart, session_id: str, status: str, states_in: Any, data: 
             raise bad(f"timeout {name!r} of state {nodes[st].id!r} is armed twice")
         armed.add((st, name))
         timeouts.append(ArmedTimeout(st, name, tord, send_id, at_ms))
+    return tuple(timeouts)
 
-    # -- invocations: owned by an active state, pointing at one of its <invoke>s
+
+def _check_invocations(nodes: Any, invocations_in: Any, active: AbstractSet[int]) -> tuple[Invocation, ...]:
+    bad = _bad
     invocations = []
     running_ids: set[str] = set()
     invoked: set[tuple[int, int]] = set()
-    for inv in _seq(invocations_in, "invocations") if invocations_in else _EMPTY:
+    for inv in _seq(invocations_in, "invocations"):
         if type(inv) not in (list, tuple) or len(inv) != 4:
             raise bad("an invocation entry is [invokeid, state, index, autoforward]")
         iid, st, k, af = inv
@@ -642,16 +763,7 @@ def _assemble(chart: Chart, session_id: str, status: str, states_in: Any, data: 
         running_ids.add(iid)
         invoked.add((st, k))
         invocations.append(Invocation(iid, st, k, af))
-
-    prev = -1
-    for s in _seq(initialized_in, "initialized") if initialized_in else _EMPTY:
-        if type(s) is not int or not prev < s < n_states:
-            raise bad(f"initialized state {_short(s)} is out of range or out of order")
-        prev = s
-
-    return make_position(chart, session_id, status, states, tuple(history), data, counters[0], counters[1],
-                         counters[2], counters[3], tuple(invocations), tuple(initialized_in), parent, invokeid,
-                         tuple(timeouts))
+    return tuple(invocations)
 
 
 # --------------------------------------------------------------------------- export / import

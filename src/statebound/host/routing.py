@@ -24,7 +24,7 @@ from ..chart.trust import UNTRUSTED
 from ..effects import Send
 from ..events import BASICHTTP_PROCESSOR, SCXML_PROCESSOR, Event
 from ..interpreter import Position
-from ..interpreter.state import make_position
+from ..interpreter.state import restamped
 from .unit import Unit
 
 if TYPE_CHECKING:
@@ -134,10 +134,7 @@ def ioprocessors(h: Host, instance_id: str, *, trusted: bool = True) -> dict[str
     return iop or None
 
 
-def restamp(pos: Position, routes: Any = None, ioprocessors: Any = None, invokers: Any = None) -> Position:
-    """``pos.restamp(...)`` built the interpreter's fast way: twice on every host call, and
-    ``dataclasses.replace`` costs about three times as much."""
-    return make_position(pos.chart, pos.session_id, pos.status, pos.states, pos.history, pos.data, pos.macrostep,
-                         pos.send_counter, pos.ordinal, pos.invoke_counter, pos.invocations, pos.initialized,
-                         pos.parent, pos.invokeid, pos.timeouts, routes=routes, ioprocessors=ioprocessors,
-                         invokers=invokers)
+#: ``pos.restamp(routes=..., ioprocessors=..., invokers=...)`` positionally (callbacks are not
+#: passed, so they are cleared): it runs twice on every host call, and returns ``pos`` itself
+#: when it already carries exactly these values.
+restamp = restamped
