@@ -83,10 +83,6 @@ _EMPTY: tuple[Any, ...] = ()
 #: ``Chart._caches`` key of the configurations already found legal (value: ``running``)
 _LEGAL_KEY = "position.legal"
 _LEGAL_MAX = 4096
-#: ``Chart._caches`` key of the datamodel bytes already found to fit the chart, and the
-#: largest bytes remembered there (so the memo stays under a few MB per chart)
-_DATA_OK_KEY = "position.data_ok"
-_DATA_OK_BYTES = 512
 _N_FIELDS = len(_V1_FIELDS)
 #: what a payload of n fields lacks, by n (trailing defaults are not written)
 _PAD = tuple((None,) * (_N_FIELDS - n) for n in range(_N_FIELDS + 1))
@@ -464,20 +460,8 @@ def _seq(v: Any, what: str) -> list[Any] | tuple[Any, ...]:
 
 
 def _check_data(data: bytes, chart: Chart) -> None:
-    # Decoding once here means pos.datamodel and the next drive can never fail on it. Whether
-    # bytes fit is a function of the bytes and the chart's datamodel alone, and many sessions
-    # of a chart hold the very same small datamodel (fresh ones, counters, flags): those
-    # already found legal are remembered per chart, bounded in entries and in key size.
-    ok = chart._caches.get(_DATA_OK_KEY)
-    if ok is None:
-        ok = chart._caches.setdefault(_DATA_OK_KEY, {})
-    if data in ok:
-        return
+    # Decoding once here means pos.datamodel and the next drive can never fail on it.
     _check_vars(msgpack.unpackb(data, raw=False, strict_map_key=False), chart)
-    if len(data) <= _DATA_OK_BYTES:
-        if len(ok) >= _LEGAL_MAX:
-            ok.clear()
-        ok[data] = True
 
 
 def _check_vars(vars_: Any, chart: Chart) -> None:
