@@ -189,6 +189,17 @@ _SQL_COMPLETE_SET = f"""
      WHERE """
 _SQL_COMPLETE = _SQL_COMPLETE_SET + "instance_id = ? AND ordinal = ?"
 
+# A position write conditional on the version loaded: the commit's only statement that can
+# refuse it (rowcount 0) for a plain event or fire.
+_SQL_UPDATE_POSITION = ("UPDATE positions SET chart = ?, version = version + 1, blob = ?, status = ?, "
+                        "timers = ?, parent = ?, idempotency = ? WHERE instance_id = ? AND version = ?")
+
+
+class _Many(list):
+    """Parameter rows for one ``executemany``: passed to ``_execute`` as its ``params`` so
+    that a statement run many times still goes through the one crash-injection seam."""
+
+
 # Well under SQLite's smallest host-parameter limit (999 before 3.32).
 _IN_CHUNK = 500
 #: timer keys per statement: two parameters each
@@ -317,6 +328,19 @@ def _refused_before_writing(commit: Commit) -> bool:
             and not commit.timers_put and not commit.timers_delete and not commit.history)
 
 
+def _plain_update(commit: Commit) -> bool:
+    """Whether ``commit`` writes nothing but one existing instance's position (and maybe
+    completes its row, which ``commit_many`` checks before and does after): a plain event's
+    or fire's, whose one statement either lands or refuses it."""
+    writes = commit.writes
+    return (len(writes) == 1 and writes[0].blob is not None and writes[0].expected_version is not None
+            and not commit.timers_put and not commit.timers_delete and not commit.history)
+
+
+def _first(item: tuple[int, Commit, _Encoded]) -> int:
+    return item[0]
+
+
 _POSITION_COLS = "instance_id, chart, version, blob, status, timers, parent, idempotency"
 
 
@@ -353,7 +377,8 @@ class SQLiteStore:
     schema raises :class:`~statebound.StoreError`.
 
     Testing seam: every SQL statement the store runs, ``BEGIN IMMEDIATE`` and ``COMMIT``
-    included, goes through the private method ``_execute(sql, params)``. A crash-injection
+    included, goes through the private method ``_execute(sql, params)`` (a statement run
+    for many parameter rows at once is one call). A crash-injection
     test can monkeypatch it on an instance to raise before or after the N-th statement.
     ``ROLLBACK`` deliberately bypasses it so an injected failure still leaves the
     connection clean, as a real crash leaves the file.
@@ -426,10 +451,14 @@ class SQLiteStore:
 
     # -- plumbing ----------------------------------------------------------------------
     def _execute(self, sql: str, params: Sequence[Any] = ()) -> sqlite3.Cursor:
-        """Run one SQL statement: the single seam that crash-injection tests patch."""
+        """Run one SQL statement: the single seam that crash-injection tests patch. With
+        ``params`` a :class:`_Many`, the statement runs once per parameter row
+        (``executemany``), as one call of the seam."""
         db = self._db
         if db is None:
             raise StoreUnavailable(f"SQLiteStore {self.path!r} is closed")
+        if type(params) is _Many:
+            return db.executemany(sql, params)
         return db.execute(sql, params)
 
     def _rollback(self) -> None:
@@ -640,11 +669,23 @@ class SQLiteStore:
             # just before its own commit, in one statement for the group instead of one each.
             claimable = self._claimable([c.complete for _, c, _ in todo if c.complete is not None])
             finish: list[TimerCompletion] = []
-            for i, commit, encoded in todo:
+            alone: list[tuple[int, Commit, _Encoded]] = []
+            plain: list[tuple[int, Commit, _Encoded]] = []
+            for item in todo:
+                i, commit, encoded = item
                 c = commit.complete
                 if c is not None and not claimable.get(c.key, False):
                     out[i] = ConflictError(f"timer {c.key} is no longer claimable")
-                    continue
+                elif _plain_update(commit):
+                    plain.append(item)
+                else:
+                    alone.append(item)
+            if len(plain) > 1 and self._update_plain(plain):
+                finish.extend(c.complete for _, c, _ in plain if c.complete is not None)
+            else:
+                alone = sorted(alone + plain, key=_first) if alone else plain
+            for i, commit, encoded in alone:
+                c = commit.complete
                 # A statement that fails leaves nothing behind (SQLite undoes a failed
                 # statement on its own), so a commit refused before its first write (a
                 # plain event's or a timer fire's) needs no savepoint: two statements
@@ -669,6 +710,30 @@ class SQLiteStore:
             # instead of one each: they cannot fail, and touch rows no other commit does.
             self._complete_many(finish)
         return out
+
+    def _update_plain(self, plain: Sequence[tuple[int, Commit, _Encoded]]) -> bool:
+        """Try the position updates of many plain commits as one ``executemany``.
+
+        All land, or (a version moved, a value SQLite refuses) none: the attempt runs in a
+        savepoint and is rolled back, and the caller applies them one by one, which gives
+        each refused commit its own error. Returns whether they landed.
+        """
+        params = _Many()
+        for _i, commit, encoded in plain:
+            w = commit.writes[0]
+            packed = encoded[0][0][1]
+            assert packed is not None
+            params.append((w.chart, w.blob, w.status, packed[0], w.parent, packed[1], w.instance_id,
+                           w.expected_version))
+        self._execute("SAVEPOINT sb_many")
+        try:
+            landed = self._execute(_SQL_UPDATE_POSITION, params).rowcount == len(params)
+        except (OverflowError, sqlite3.IntegrityError):
+            landed = False
+        if not landed:
+            self._execute("ROLLBACK TO sb_many")
+        self._execute("RELEASE sb_many")
+        return landed
 
     def _claimable(self, completions: Sequence[TimerCompletion]) -> dict[TimerKey, bool]:
         """Whether each completion's row may be completed (``_check_completion`` for many)."""
@@ -757,10 +822,8 @@ class SQLiteStore:
                 raise ConflictError(f"instance {iid!r} already exists", iid,
                                     self._current_version(iid))
             return
-        n = self._execute(
-            "UPDATE positions SET chart = ?, version = version + 1, blob = ?, status = ?, "
-            "timers = ?, parent = ?, idempotency = ? WHERE instance_id = ? AND version = ?",
-            (w.chart, w.blob, w.status, refs, w.parent, keys, iid, w.expected_version)).rowcount
+        n = self._execute(_SQL_UPDATE_POSITION,
+                          (w.chart, w.blob, w.status, refs, w.parent, keys, iid, w.expected_version)).rowcount
         if n != 1:
             raise ConflictError(f"version of {iid!r} moved", iid, self._current_version(iid))
 
