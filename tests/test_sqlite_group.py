@@ -4,12 +4,14 @@
 from __future__ import annotations
 
 import sqlite3
+from dataclasses import replace
 
 import pytest
 
 from statebound.exceptions import ConflictError, StoreError
 from statebound.host.sqlite import SQLiteStore
-from statebound.host.store import DONE, Commit, TimerCompletion
+from statebound.host.store import (CLAIMED, DONE, Commit, KeyRecord, PositionRecord, PositionWrite,
+                                   TimerCompletion, TimerRef)
 from store_contract import create, timer, update
 
 
@@ -101,3 +103,51 @@ def test_a_crash_at_the_grouped_update_applies_none_of_the_group(tmp_path, where
     with SQLiteStore(path) as store:
         assert [store.load(f"s{i}").version for i in range(3)] == [1, 1, 1]
         assert store.commit_many([Commit(writes=(update(f"s{i}", 1, blob=b"y"),)) for i in range(3)]) == [None] * 3
+
+
+# ----------------------------------------------------------------------------- decoding
+
+
+def test_loaded_records_equal_the_ones_written(store):
+    """Records are built past the dataclass __init__ and refs come from a cache: every field
+    must still be set, and equal to what was written."""
+    refs = (TimerRef(1, "send.1"), TimerRef(2, "send.2", "t"))
+    keys = (KeyRecord("k1", b"\x01\x02"),)
+    store.commit(Commit(writes=(PositionWrite("u1", "chart", None, b"one", "running", refs, "p", keys),)))
+    store.commit(Commit(writes=(PositionWrite("u2", "chart", None, b"two", "done", refs),)))
+    want = {"u1": PositionRecord("u1", "chart", 1, b"one", "running", refs, "p", keys),
+            "u2": PositionRecord("u2", "chart", 1, b"two", "done", refs, None, ())}
+    assert store.load_many(["u1", "u2"]) == want
+    assert store.load("u1") == want["u1"] and store.list_positions() == [want["u1"], want["u2"]]
+
+
+def test_corrupt_refs_are_a_store_error_even_after_good_ones_were_cached(store, tmp_path):
+    store.commit(Commit(writes=(PositionWrite("v1", "chart", None, b"x", "running", (TimerRef(1, "s"),)),)))
+    store.commit(Commit(writes=(PositionWrite("v2", "chart", None, b"x", "running", (TimerRef(1, "s"),)),)))
+    assert store.load("v1").timers == (TimerRef(1, "s"),)
+    store._execute("UPDATE positions SET timers = ? WHERE instance_id = 'v2'", (b"\x91\x01",))
+    with pytest.raises(StoreError):
+        store.load_many(["v2"])
+
+
+def test_claimed_rows_equal_the_rows_stored_with_the_claim(store):
+    ctx = {"trace": "abc"}
+    rows = [timer("w1", 1, 10), timer("w2", 1, 10, caller_context=ctx, name="t1"),
+            timer("w3", 1, 10, dedup={"macrostep": 3, "owner": 1}),
+            timer("w4", 1, 10, dedup={"nested": {"a": 1}})]
+    for r in rows:
+        create(store, r.instance_id, timers_put=[r])
+    claimed = store.claim_due(10, 10, "n1", 500)
+    assert claimed == [replace(r, state=CLAIMED, claimed_by="n1", claim_expires_ms=510) for r in rows]
+    assert claimed == [store.get_timer(r.key) for r in rows]
+    # each row's dedup dict is its own, even where their bytes are the same
+    claimed[2].dedup["macrostep"] = 99
+    create(store, "w5", timers_put=[timer("w5", 1, 10, dedup={"macrostep": 3, "owner": 1})])
+    assert store.claim_due(10, 10, "n1", 500)[0].dedup == {"macrostep": 3, "owner": 1}
+
+
+def test_a_damaged_claimed_row_is_a_store_error(store):
+    create(store, "x1", timers_put=[timer("x1", 1, 10)])
+    store._execute("UPDATE timers SET event = ? WHERE instance_id = 'x1'", (b"\xc1",))
+    with pytest.raises(StoreError, match="timer event"):
+        store.claim_due(10, 10, "n1", 500)

@@ -40,6 +40,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
+import msgpack
 
 from ..exceptions import ConflictError, StateboundError, StoreError, StoreUnavailable
 from .store import (CLAIMED, DEAD, DONE, PENDING, TIMER, Commit, HistoryRecord, KeyRecord, PositionRecord,
@@ -247,6 +248,8 @@ def _pack(value: Any, what: str) -> bytes:
     return pack_field(value, f"{what} (SQLite)")
 
 
+_unpackb = msgpack.unpackb
+
 #: msgpack's nil: most rows have no caller context
 _NIL = b"\xc0"
 
@@ -268,13 +271,27 @@ def _pack_refs(refs: Sequence[TimerRef]) -> bytes:
     return _pack([[r.ordinal, r.send_id, r.name] for r in refs], "timer refs")
 
 
+#: Decoded refs by their bytes: many instances share the same few (a chart's timers get the
+#: same ordinals and send ids), and refs are immutable, so one decode serves them all.
+_REFS_SEEN: dict[bytes, tuple[TimerRef, ...]] = {}
+#: bound on ``_REFS_SEEN`` (cleared when full): a few distinct refs per chart in practice
+_REFS_SEEN_MAX = 4096
+
+
 def _unpack_refs(data: bytes) -> tuple[TimerRef, ...]:
     if data == _NO_REFS:
         return ()
+    refs = _REFS_SEEN.get(data)
+    if refs is not None:
+        return refs
     try:
-        return tuple(TimerRef(o, s, n) for o, s, n in _unpack(data, "timer refs"))
+        refs = tuple(TimerRef(o, s, n) for o, s, n in _unpack(data, "timer refs"))
     except (TypeError, ValueError) as exc:
         raise StoreError(f"corrupt timer refs in SQLite database: {exc}") from exc
+    if len(_REFS_SEEN) >= _REFS_SEEN_MAX:
+        _REFS_SEEN.clear()
+    _REFS_SEEN[data] = refs
+    return refs
 
 
 def _pack_keys(keys: Sequence[KeyRecord]) -> bytes | None:
@@ -344,8 +361,25 @@ def _first(item: tuple[int, Commit, _Encoded]) -> int:
 _POSITION_COLS = "instance_id, chart, version, blob, status, timers, parent, idempotency"
 
 
+(_p_instance_id, _p_chart, _p_version, _p_blob, _p_status, _p_timers, _p_parent,
+ _p_idempotency) = (getattr(PositionRecord, f).__set__ for f in PositionRecord.__dataclass_fields__)
+_new = object.__new__
+
+
 def _row_to_record(r: Sequence[Any]) -> PositionRecord:
-    return PositionRecord(r[0], r[1], r[2], bytes(r[3]), r[4], _unpack_refs(r[5]), r[6], _unpack_keys(r[7]))
+    # Built field by field, past the frozen dataclass's __init__ (about half the cost): a
+    # group loads one record per unit. The row's columns are _POSITION_COLS, in field order.
+    iid, chart, version, blob, status, refs, parent, keys = r
+    rec = _new(PositionRecord)
+    _p_instance_id(rec, iid)
+    _p_chart(rec, chart)
+    _p_version(rec, version)
+    _p_blob(rec, blob if type(blob) is bytes else bytes(blob))
+    _p_status(rec, status)
+    _p_timers(rec, () if refs == _NO_REFS else _unpack_refs(refs))
+    _p_parent(rec, parent)
+    _p_idempotency(rec, () if keys is None else _unpack_keys(keys))
+    return rec
 
 
 def _row_to_timer(r: Sequence[Any], claim: tuple[str, int] | None = None) -> TimerRow:
@@ -355,6 +389,42 @@ def _row_to_timer(r: Sequence[Any], claim: tuple[str, int] | None = None) -> Tim
     return make_timer_row(r[0], r[1], r[2], r[3], r[4], _unpack(r[5], "timer event"), r[6],
                           _unpack(r[7], "timer dedup"), _unpack(r[8], "timer caller_context"), state, r[10],
                           r[11], claimed_by, expires, r[14], r[15], r[16], r[17] or TIMER)
+
+
+#: Decoded dedup fields by their bytes (copied out: a row's dict is its own). Rows of one
+#: chart share a few shapes; only maps of immutable scalars are kept.
+_DEDUP_SEEN: dict[bytes, dict[str, Any]] = {}
+_SCALARS = (int, str, bool, float, type(None))
+
+
+def _unpack_dedup(data: bytes) -> Any:
+    seen = _DEDUP_SEEN.get(data)
+    if seen is not None:
+        return dict(seen)
+    dedup = _unpack(data, "timer dedup")
+    if type(dedup) is dict and all(type(v) in _SCALARS for v in dedup.values()):
+        if len(_DEDUP_SEEN) >= _REFS_SEEN_MAX:
+            _DEDUP_SEEN.clear()
+        _DEDUP_SEEN[data] = dict(dedup)
+    return dedup
+
+
+def _claimed_timers(rows: Sequence[Sequence[Any]], node_id: str, expires: int) -> list[TimerRow]:
+    """The rows of ``_SQL_CLAIM_SELECT`` as TimerRows just claimed by ``node_id``: the
+    claim's per-row work, so the fields are unpacked from the row at once and the event
+    decoded without the per-field wrappers (a damaged row goes the slow way, which names
+    the field)."""
+    out = []
+    try:
+        for (_rowid, iid, ordinal, target, due, send_id, event, name, dedup, context, _state, attempts,
+             next_at, _by, _expires, error, outcome, reason, kind, _ready) in rows:
+            out.append(make_timer_row(
+                iid, ordinal, target, due, send_id, _unpackb(event, raw=False, strict_map_key=False), name,
+                _unpack_dedup(dedup), None if context == _NIL else _unpack(context, "timer caller_context"),
+                CLAIMED, attempts, next_at, node_id, expires, error, outcome, reason, kind or TIMER))
+    except Exception:
+        return [_row_to_timer(r[1:], (node_id, expires)) for r in rows]
+    return out
 
 
 # ----------------------------------------------------------------------------- the store
@@ -855,7 +925,7 @@ class SQLiteStore:
                     f"UPDATE timers SET state = '{CLAIMED}', claimed_by = ?, "
                     f"claim_expires_ms = ? WHERE rowid IN ({', '.join('?' * len(chunk))})",
                     (node_id, expires, *chunk))
-        return [_row_to_timer(r[1:], (node_id, expires)) for r in rows]
+        return _claimed_timers(rows, node_id, expires)
 
     def release(self, key: TimerKey, node_id: str, *, error: str, next_attempt_at_ms: int,
                 dead: bool) -> None:
