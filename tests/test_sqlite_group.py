@@ -9,6 +9,7 @@ from dataclasses import replace
 import pytest
 
 from statebound.exceptions import ConflictError, StoreError
+from statebound.host.memory import MemoryStore
 from statebound.host.sqlite import SQLiteStore
 from statebound.host.store import (CLAIMED, DONE, Commit, KeyRecord, PositionRecord, PositionWrite,
                                    TimerCompletion, TimerRef)
@@ -151,3 +152,25 @@ def test_a_damaged_claimed_row_is_a_store_error(store):
     store._execute("UPDATE timers SET event = ? WHERE instance_id = 'x1'", (b"\xc1",))
     with pytest.raises(StoreError, match="timer event"):
         store.claim_due(10, 10, "n1", 500)
+
+
+# ----------------------------------------------------------------------------- claims
+
+
+def test_a_claim_merges_pending_and_lapsed_rows_in_ready_order_as_memory_does(tmp_path):
+    """A claim reads ready rows and lapsed claims apart and merges them: the rows it takes,
+    and their order, are the MemoryStore's, also when the limit cuts across both kinds."""
+    stores = [SQLiteStore(tmp_path / "m.db"), MemoryStore()]
+    got = []
+    for s in stores:
+        # lapsed claims due at 10, 30, 50; pending rows due at 10 (ties broken by key), 20, 40, 60
+        for iid, due in (("b", 10), ("d", 30), ("f", 50)):
+            create(s, iid, timers_put=[timer(iid, 1, due)])
+        s.claim_due(50, 10, "dead-node", 5)                  # their leases lapse at 55
+        for iid, due in (("a", 10), ("c", 20), ("e", 40), ("g", 60), ("h", 1_000)):
+            create(s, iid, timers_put=[timer(iid, 1, due)])
+        first = s.claim_due(100, 4, "n1", 1_000)
+        rest = s.claim_due(100, 10, "n1", 1_000)
+        got.append(([r.instance_id for r in first], [r.instance_id for r in rest]))
+    stores[0].close()
+    assert got[0] == got[1] == (["a", "b", "c", "d"], ["e", "f", "g"])

@@ -132,18 +132,28 @@ _TIMER_COLS = ("instance_id, ordinal, target_id, due_at_ms, send_id, event, name
 
 # The state literals are spelled into the SQL, never bound: SQLite uses a partial index only
 # when the query's WHERE clause names the index's own literal. The outer ORDER BY merges at
-# most 2 * limit rows.
+# most 2 * limit rows. It merges the keys alone, and the wide rows are read by rowid after:
+# merging whole rows copied every ready row's blobs through a temporary sort b-tree (about a
+# fifth of the claim's statement time). Those rows come in rowid order; the caller sorts them.
 _SQL_CLAIM_SELECT = f"""
-    SELECT * FROM (
-        SELECT rowid, {_TIMER_COLS}, ready_at_ms FROM timers
-         WHERE state = '{PENDING}' AND ready_at_ms <= ?
-         ORDER BY ready_at_ms, instance_id, ordinal LIMIT ?)
-    UNION ALL
-    SELECT * FROM (
-        SELECT rowid, {_TIMER_COLS}, ready_at_ms FROM timers
-         WHERE state = '{CLAIMED}' AND ifnull(claim_expires_ms, 0) <= ?
-         ORDER BY ready_at_ms, instance_id, ordinal LIMIT ?)
-    ORDER BY ready_at_ms, instance_id, ordinal LIMIT ?"""
+    SELECT rowid, {_TIMER_COLS}, ready_at_ms FROM timers WHERE rowid IN (SELECT r FROM (
+        SELECT * FROM (
+            SELECT rowid AS r, ready_at_ms AS a, instance_id AS b, ordinal AS c FROM timers
+             WHERE state = '{PENDING}' AND ready_at_ms <= ?
+             ORDER BY ready_at_ms, instance_id, ordinal LIMIT ?)
+        UNION ALL
+        SELECT * FROM (
+            SELECT rowid, ready_at_ms, instance_id, ordinal FROM timers
+             WHERE state = '{CLAIMED}' AND ifnull(claim_expires_ms, 0) <= ?
+             ORDER BY ready_at_ms, instance_id, ordinal LIMIT ?)
+        ORDER BY 2, 3, 4 LIMIT ?))"""
+
+
+def _claim_order(row: Sequence[Any]) -> tuple[int, str, int]:
+    """A claim row's place in ``ORDER BY ready_at_ms, instance_id, ordinal`` (the key is
+    unique, and Python orders str as SQLite's BINARY collation orders their UTF-8)."""
+    return row[-1], row[1], row[2]
+
 
 # The same two index ranges as the claim, read-only: what fires by a given time.
 _SQL_DUE_SELECT = f"""
@@ -410,7 +420,7 @@ def _unpack_dedup(data: bytes) -> Any:
 
 
 def _claimed_timers(rows: Sequence[Sequence[Any]], node_id: str, expires: int) -> list[TimerRow]:
-    """The rows of ``_SQL_CLAIM_SELECT`` as TimerRows just claimed by ``node_id``: the
+    """The rows of a claim's select as TimerRows just claimed by ``node_id``: the
     claim's per-row work, so the fields are unpacked from the row at once and the event
     decoded without the per-field wrappers (a damaged row goes the slow way, which names
     the field)."""
@@ -916,8 +926,8 @@ class SQLiteStore:
             return []
         expires = now_ms + lease_ms
         with self._write():
-            rows = self._execute(_SQL_CLAIM_SELECT,
-                                 (now_ms, limit, now_ms, limit, limit)).fetchall()
+            rows = self._execute(_SQL_CLAIM_SELECT, (now_ms, limit, now_ms, limit, limit)).fetchall()
+            rows.sort(key=_claim_order)
             rowids = [r[0] for r in rows]
             for i in range(0, len(rowids), _IN_CHUNK):
                 chunk = rowids[i:i + _IN_CHUNK]
