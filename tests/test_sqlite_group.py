@@ -8,7 +8,7 @@ from dataclasses import replace
 
 import pytest
 
-from statebound.exceptions import ConflictError, StoreError
+from statebound.exceptions import ConflictError, InvalidInstanceId, StoreError
 from statebound.host.memory import MemoryStore
 from statebound.host.sqlite import SQLiteStore
 from statebound.host.store import (CLAIMED, DONE, Commit, KeyRecord, PositionRecord, PositionWrite,
@@ -174,3 +174,18 @@ def test_a_claim_merges_pending_and_lapsed_rows_in_ready_order_as_memory_does(tm
         got.append(([r.instance_id for r in first], [r.instance_id for r in rest]))
     stores[0].close()
     assert got[0] == got[1] == (["a", "b", "c", "d"], ["e", "f", "g"])
+
+
+@pytest.mark.parametrize("bad", ["", 7])
+def test_every_id_of_an_event_or_fire_commit_is_checked(store, bad):
+    """An event's or fire's commit (one position, maybe a row) is checked on its short path:
+    a bad id in its write or in the row it completes refuses it before anything is written."""
+    create(store, "y1")
+    out = store.commit_many([Commit(writes=(update("y1", 1, blob=b"z"),), complete=TimerCompletion((bad, 1), "fired")),
+                             Commit(writes=(update(bad, 1, blob=b"z"),)),
+                             Commit(writes=(update("y1", 1, blob=b"ok"),))])
+    assert isinstance(out[0], InvalidInstanceId) and isinstance(out[1], InvalidInstanceId) and out[2] is None
+    assert store.load("y1").blob == b"ok"
+    with pytest.raises(InvalidInstanceId):
+        store.commit(Commit(writes=(update("y1", 2, blob=b"z"),), complete=TimerCompletion((bad, 1), "fired")))
+    assert store.load("y1").version == 2

@@ -327,8 +327,8 @@ def _timer_params(row: TimerRow) -> tuple[Any, ...]:
 
 #: A commit's values encoded for SQLite: position writes (with packed refs and keys), timer
 #: row parameters, history records with their packed bytes.
-_Encoded = tuple[list[tuple[PositionWrite, tuple[bytes, bytes | None] | None]], list[tuple[Any, ...]],
-                 list[tuple[HistoryRecord, bytes]]]
+_Encoded = tuple[list[tuple[PositionWrite, tuple[bytes, bytes | None] | None]], Sequence[tuple[Any, ...]],
+                 Sequence[tuple[HistoryRecord, bytes]]]
 
 
 def _encode(commit: Commit) -> _Encoded:
@@ -336,10 +336,19 @@ def _encode(commit: Commit) -> _Encoded:
 
     :raises InvalidInstanceId, SerializationError: nothing of the commit can be written.
     """
+    ws = commit.writes
+    if len(ws) == 1 and not (commit.timers_put or commit.timers_delete or commit.history):
+        # an event's or a fire's commit (nearly all of them): one position, maybe its row
+        w = ws[0]
+        check_instance_id(w.instance_id)
+        c = commit.complete
+        if c is not None and c.key[0] != w.instance_id:
+            check_instance_id(c.key[0])
+        return ([(w, None if w.blob is None else (_pack_refs(w.timers), _pack_keys(w.idempotency)))], (), ())
     for instance_id in commit_instance_ids(commit):
         check_instance_id(instance_id)
     writes = [(w, None if w.blob is None else (_pack_refs(w.timers), _pack_keys(w.idempotency)))
-              for w in commit.writes]
+              for w in ws]
     return (writes, [_timer_params(row) for row in commit.timers_put],
             [(h, pack_history(h)) for h in commit.history])
 
