@@ -729,9 +729,14 @@ class SQLiteStore:
         """Group commit: apply many commits in **one** transaction (one fsync), each all or
         nothing on its own.
 
-        Each commit runs inside a savepoint (unless every check that can refuse it runs
-        before its first write); one whose condition fails (or whose values cannot be
-        stored) is rolled back to it, gets its error in its slot, and the others go on. A crash anywhere before the final ``COMMIT`` applies none of them.
+        The position updates of the plain commits (one existing position written, maybe
+        its row completed: every event's and fire's) are tried first as one
+        ``executemany``, in a savepoint. If any is refused, that attempt is rolled back
+        and the group goes commit by commit: each commit runs inside a savepoint (unless
+        every check that can refuse it runs before its first write); one whose condition
+        fails (or whose values cannot be stored) is rolled back to it, gets its error in
+        its slot, and the others go on. A crash anywhere before the final ``COMMIT``
+        applies none of them.
         The rows the commits complete are checked in one ``SELECT`` before the first commit
         and completed after the last, one statement per kind of completion (the commits
         touch disjoint instances, so none changes a row another completes); a commit whose
