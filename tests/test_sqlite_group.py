@@ -10,6 +10,7 @@ import pytest
 
 from statebound.exceptions import ConflictError, InvalidInstanceId, StoreError
 from statebound.host.memory import MemoryStore
+import statebound.host.sqlite as sqlite_mod
 from statebound.host.sqlite import SQLiteStore
 from statebound.host.store import (CLAIMED, DONE, Commit, KeyRecord, PositionRecord, PositionWrite,
                                    TimerCompletion, TimerRef)
@@ -189,3 +190,14 @@ def test_every_id_of_an_event_or_fire_commit_is_checked(store, bad):
     with pytest.raises(InvalidInstanceId):
         store.commit(Commit(writes=(update("y1", 2, blob=b"z"),), complete=TimerCompletion((bad, 1), "fired")))
     assert store.load("y1").version == 2
+
+
+def test_the_refs_cache_stays_bounded(store, monkeypatch):
+    """Decoded refs are kept only when short, and the cache is emptied when full."""
+    monkeypatch.setattr(sqlite_mod, "_SEEN_MAX", 2)
+    monkeypatch.setattr(sqlite_mod, "_REFS_SEEN", {})
+    many = tuple(TimerRef(i, f"send.{i}") for i in range(1, 100))
+    for n, refs in enumerate([many, (TimerRef(1, "a"),), (TimerRef(1, "b"),), (TimerRef(1, "c"),)]):
+        store.commit(Commit(writes=(PositionWrite(f"z{n}", "chart", None, b"x", "running", refs),)))
+        assert store.load(f"z{n}").timers == refs
+    assert list(sqlite_mod._REFS_SEEN.values()) == [(TimerRef(1, "c"),)]   # 'many' never, a and b cleared

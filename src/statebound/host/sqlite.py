@@ -284,8 +284,10 @@ def _pack_refs(refs: Sequence[TimerRef]) -> bytes:
 #: Decoded refs by their bytes: many instances share the same few (a chart's timers get the
 #: same ordinals and send ids), and refs are immutable, so one decode serves them all.
 _REFS_SEEN: dict[bytes, tuple[TimerRef, ...]] = {}
-#: bound on ``_REFS_SEEN`` (cleared when full): a few distinct refs per chart in practice
-_REFS_SEEN_MAX = 4096
+#: bounds on ``_REFS_SEEN`` and ``_DEDUP_SEEN``: entries (cleared when full; a few distinct
+#: values per chart in practice) and the bytes of one value kept (the common short ones)
+_SEEN_MAX = 4096
+_SEEN_MAX_BYTES = 256
 
 
 def _unpack_refs(data: bytes) -> tuple[TimerRef, ...]:
@@ -298,9 +300,10 @@ def _unpack_refs(data: bytes) -> tuple[TimerRef, ...]:
         refs = tuple(TimerRef(o, s, n) for o, s, n in _unpack(data, "timer refs"))
     except (TypeError, ValueError) as exc:
         raise StoreError(f"corrupt timer refs in SQLite database: {exc}") from exc
-    if len(_REFS_SEEN) >= _REFS_SEEN_MAX:
-        _REFS_SEEN.clear()
-    _REFS_SEEN[data] = refs
+    if len(data) <= _SEEN_MAX_BYTES:
+        if len(_REFS_SEEN) >= _SEEN_MAX:
+            _REFS_SEEN.clear()
+        _REFS_SEEN[data] = refs
     return refs
 
 
@@ -421,8 +424,9 @@ def _unpack_dedup(data: bytes) -> Any:
     if seen is not None:
         return dict(seen)
     dedup = _unpack(data, "timer dedup")
-    if type(dedup) is dict and all(type(v) in _SCALARS for v in dedup.values()):
-        if len(_DEDUP_SEEN) >= _REFS_SEEN_MAX:
+    if (len(data) <= _SEEN_MAX_BYTES and type(dedup) is dict
+            and all(type(v) in _SCALARS for v in dedup.values())):
+        if len(_DEDUP_SEEN) >= _SEEN_MAX:
             _DEDUP_SEEN.clear()
         _DEDUP_SEEN[data] = dict(dedup)
     return dedup
