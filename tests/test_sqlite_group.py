@@ -45,14 +45,15 @@ def test_plain_updates_of_a_group_go_in_one_statement(store):
         Commit(writes=(update(f"p{i}", 1, blob=f"new{i}".encode()),),
                complete=TimerCompletion((f"p{i}", 1), "fired", node_id="n1") if i % 2 else None)
         for i in range(5)])
+    calls = list(calls)
     assert out == [None] * 5
     assert [store.load(f"p{i}").blob for i in range(5)] == [f"new{i}".encode() for i in range(5)]
     assert [store.load(f"p{i}").version for i in range(5)] == [2] * 5
     assert store.get_timer(("p1", 1)).state == DONE and store.get_timer(("p3", 1)).state == DONE
-    updates = [c for c in calls if c[0] == "UPDATE"]
-    assert updates[0] == ("UPDATE", 5)                      # the five positions at once
-    assert len(updates) == 2                                # and the two completions in one
-    assert [c[0] for c in calls].count("BEGIN") == 1
+    # the fired rows checked in one statement, the five positions at once, then the two
+    # completions in one
+    assert [c[0] for c in calls] == ["BEGIN", "SELECT", "SAVEPOINT", "UPDATE", "RELEASE", "UPDATE", "COMMIT"]
+    assert [c for c in calls if c[0] == "UPDATE"] == [("UPDATE", 5), ("UPDATE", None)]
 
 
 def test_a_conflict_inside_a_group_refuses_that_commit_alone(store):
@@ -69,6 +70,26 @@ def test_a_conflict_inside_a_group_refuses_that_commit_alone(store):
     assert [store.load(f"q{i}").blob for i in range(5)] == [b"mine", b"mine", b"moved", b"mine", b"mine"]
     words = [c[0] for c in calls]
     assert words.count("SAVEPOINT") == 1 and words.count("ROLLBACK") == 1 and words.count("BEGIN") == 1
+
+
+@pytest.mark.parametrize("row", ["done", "dead", "gone", "other node", "no owner"])
+def test_a_fire_whose_row_cannot_be_completed_is_refused_alone_in_a_group(store, row):
+    for i in range(3):
+        create(store, f"f{i}", timers_put=[timer(f"f{i}", 1, 10)])
+    store.claim_due(10, 3, "n1", 10_000)
+    if row == "done":
+        store.commit(Commit(complete=TimerCompletion(("f1", 1), "fired")))
+    elif row == "gone":
+        store._execute("DELETE FROM timers WHERE instance_id = 'f1'")
+    else:
+        state, owner = {"dead": ("dead", None), "other node": ("claimed", "n2"), "no owner": ("claimed", None)}[row]
+        store._execute("UPDATE timers SET state = ?, claimed_by = ? WHERE instance_id = 'f1'", (state, owner))
+    out = store.commit_many([Commit(writes=(update(f"f{i}", 1, blob=b"fired"),),
+                                    complete=TimerCompletion((f"f{i}", 1), "fired", node_id="n1"))
+                             for i in range(3)])
+    assert out[0] is None and out[2] is None and isinstance(out[1], ConflictError)
+    assert [store.load(f"f{i}").blob for i in range(3)] == [b"fired", b"blob-1", b"fired"]
+    assert store.get_timer(("f0", 1)).state == DONE and store.get_timer(("f2", 1)).state == DONE
 
 
 def test_a_value_sqlite_refuses_inside_a_group_refuses_that_commit_alone(store):
