@@ -222,3 +222,23 @@ def test_the_refs_cache_stays_bounded(store, monkeypatch):
         store.commit(Commit(writes=(PositionWrite(f"z{n}", "chart", None, b"x", "running", refs),)))
         assert store.load(f"z{n}").timers == refs
     assert list(sqlite_mod._REFS_SEEN.values()) == [(TimerRef(1, "c"),)]   # 'many' never, a and b cleared
+
+
+def test_a_claim_with_only_lapsed_claims_takes_them_in_ready_order(store):
+    for iid, due in (("c", 30), ("a", 10), ("b", 20)):
+        create(store, iid, timers_put=[timer(iid, 1, due)])
+    assert len(store.claim_due(30, 10, "dead-node", 5)) == 3        # leases lapse at 35
+    assert store.claim_due(34, 10, "n1", 1_000) == []
+    calls = _record(store)
+    got = store.claim_due(40, 2, "n1", 1_000)
+    assert [(r.instance_id, r.claimed_by, r.claim_expires_ms) for r in got] == [("a", "n1", 1_040), ("b", "n1", 1_040)]
+    assert [c[0] for c in calls] == ["BEGIN", "SELECT", "SELECT", "UPDATE", "COMMIT"]
+
+
+def test_a_claim_with_no_lapsed_claim_reads_the_ready_rows_once(store):
+    for iid in "abc":
+        create(store, iid, timers_put=[timer(iid, 1, 10)])
+    store.claim_due(10, 1, "n1", 1_000)                            # a: claimed, lease live
+    calls = _record(store)
+    assert [r.instance_id for r in store.claim_due(10, 10, "n2", 1_000)] == ["b", "c"]
+    assert [c[0] for c in calls] == ["BEGIN", "SELECT", "UPDATE", "COMMIT"]
