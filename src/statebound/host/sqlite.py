@@ -396,25 +396,13 @@ def _first(item: tuple[int, Commit, _Encoded]) -> int:
 _POSITION_COLS = "instance_id, chart, version, blob, status, timers, parent, idempotency"
 
 
-(_p_instance_id, _p_chart, _p_version, _p_blob, _p_status, _p_timers, _p_parent,
- _p_idempotency) = (getattr(PositionRecord, f).__set__ for f in PositionRecord.__dataclass_fields__)
-_new = object.__new__
-
-
 def _row_to_record(r: Sequence[Any]) -> PositionRecord:
-    # Built field by field, past the frozen dataclass's __init__ (about half the cost): a
-    # group loads one record per unit. The row's columns are _POSITION_COLS, in field order.
+    # a group loads one record per unit: the row's columns are _POSITION_COLS, in field order,
+    # and most rows have no refs and no keys to decode
     iid, chart, version, blob, status, refs, parent, keys = r
-    rec = _new(PositionRecord)
-    _p_instance_id(rec, iid)
-    _p_chart(rec, chart)
-    _p_version(rec, version)
-    _p_blob(rec, blob if type(blob) is bytes else bytes(blob))
-    _p_status(rec, status)
-    _p_timers(rec, () if refs == _NO_REFS else _unpack_refs(refs))
-    _p_parent(rec, parent)
-    _p_idempotency(rec, () if keys is None else _unpack_keys(keys))
-    return rec
+    return PositionRecord(iid, chart, version, blob if type(blob) is bytes else bytes(blob), status,
+                          () if refs == _NO_REFS else _unpack_refs(refs), parent,
+                          () if keys is None else _unpack_keys(keys))
 
 
 def _row_to_timer(r: Sequence[Any], claim: tuple[str, int] | None = None) -> TimerRow:
