@@ -271,7 +271,9 @@ def test_group_commit_takes_a_savepoint_only_for_commits_that_can_fail_after_a_w
         assert [store.load(i).blob for i in "abcdef"] == [b"a2", b"b2", b"c2", b"blob-1", b"blob-1", b"f2"]
         assert [r.key for r in store.pending_timers("c")] == [("c", 1)]
         assert store.get_timer(("f", 1)) is None or store.get_timer(("f", 1)).state == DONE
-        assert statements.count("SAVEPOINT") == 1 and statements.count("BEGIN") == 1
+        # one savepoint around the plain updates (a, b, f) tried as one statement and rolled
+        # back on b's stale version, then one for c's timer rows
+        assert statements.count("SAVEPOINT") == 2 and statements.count("BEGIN") == 1
 
 
 @pytest.mark.parametrize("keep_done", [True, False])
@@ -298,10 +300,11 @@ def test_group_commit_checks_and_completes_its_fired_rows_in_one_statement_each(
         assert [o is None for o in out] == [True, False, False, True, False, True]
         assert all(isinstance(o, ConflictError) for o in out if o is not None)
         # one SELECT checks the six rows, one reads i4's version for its ConflictError;
-        # four position UPDATEs (i4's refused), then one statement per kind of completion
-        # (kept: fired and discarded; not kept: every done row is deleted)
+        # the four position updates tried as one statement (rolled back on i4's), then one
+        # each (i4's refused), then one statement per kind of completion (kept: fired and
+        # discarded; not kept: every done row is deleted)
         assert statements.count("SELECT") == 2
-        assert statements.count("UPDATE") == 4 + (2 if keep_done else 0)
+        assert statements.count("UPDATE") == 1 + 4 + (2 if keep_done else 0)
         assert statements.count("DELETE") == (0 if keep_done else 1)
         assert [store.load(f"i{i}").blob for i in range(6)] == [b"fired", b"blob-1", b"blob-1", b"fired",
                                                                  b"moved", b"discarded"]

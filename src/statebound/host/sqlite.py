@@ -40,6 +40,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
+import msgpack
 
 from ..exceptions import ConflictError, StateboundError, StoreError, StoreUnavailable
 from .store import (CLAIMED, DEAD, DONE, PENDING, TIMER, Commit, HistoryRecord, KeyRecord, PositionRecord,
@@ -130,19 +131,42 @@ _TIMER_COLS = ("instance_id, ordinal, target_id, due_at_ms, send_id, event, name
                "claim_expires_ms, last_error, outcome, reason, kind")
 
 # The state literals are spelled into the SQL, never bound: SQLite uses a partial index only
-# when the query's WHERE clause names the index's own literal. The outer ORDER BY merges at
-# most 2 * limit rows.
-_SQL_CLAIM_SELECT = f"""
-    SELECT * FROM (
-        SELECT rowid, {_TIMER_COLS}, ready_at_ms FROM timers
-         WHERE state = '{PENDING}' AND ready_at_ms <= ?
-         ORDER BY ready_at_ms, instance_id, ordinal LIMIT ?)
-    UNION ALL
-    SELECT * FROM (
-        SELECT rowid, {_TIMER_COLS}, ready_at_ms FROM timers
-         WHERE state = '{CLAIMED}' AND ifnull(claim_expires_ms, 0) <= ?
-         ORDER BY ready_at_ms, instance_id, ordinal LIMIT ?)
-    ORDER BY ready_at_ms, instance_id, ordinal LIMIT ?"""
+# when the query's WHERE clause names the index's own literal.
+#
+# A claim takes ready rows from two index ranges: pending rows, and claims whose lease has
+# lapsed (a dead sweeper's, nearly always none). It reads the first range alone, each row
+# carrying whether the second has any row (SQLite evaluates that once), and merges the two
+# only when it has: merging them in every claim cost about a fifth more statement time.
+_CLAIM_COLS = f"rowid, {_TIMER_COLS}, ready_at_ms"
+_LAPSED = f"state = '{CLAIMED}' AND ifnull(claim_expires_ms, 0) <= ?"
+_SQL_CLAIM_PENDING = f"""
+    SELECT {_CLAIM_COLS}, EXISTS (SELECT 1 FROM timers WHERE {_LAPSED}) FROM timers
+     WHERE state = '{PENDING}' AND ready_at_ms <= ?
+     ORDER BY ready_at_ms, instance_id, ordinal LIMIT ?"""
+_SQL_CLAIM_LAPSED = f"""
+    SELECT {_CLAIM_COLS}, 1 FROM timers WHERE {_LAPSED}
+     ORDER BY ready_at_ms, instance_id, ordinal LIMIT ?"""
+# Both ranges: the outer ORDER BY merges at most 2 * limit keys, and the wide rows are read
+# by rowid after (merging whole rows would copy their blobs through a sort b-tree). Those
+# rows come in rowid order; the caller sorts them.
+_SQL_CLAIM_BOTH = f"""
+    SELECT {_CLAIM_COLS}, 1 FROM timers WHERE rowid IN (SELECT r FROM (
+        SELECT * FROM (
+            SELECT rowid AS r, ready_at_ms AS a, instance_id AS b, ordinal AS c FROM timers
+             WHERE state = '{PENDING}' AND ready_at_ms <= ?
+             ORDER BY ready_at_ms, instance_id, ordinal LIMIT ?)
+        UNION ALL
+        SELECT * FROM (
+            SELECT rowid, ready_at_ms, instance_id, ordinal FROM timers WHERE {_LAPSED}
+             ORDER BY ready_at_ms, instance_id, ordinal LIMIT ?)
+        ORDER BY 2, 3, 4 LIMIT ?))"""
+
+
+def _claim_order(row: Sequence[Any]) -> tuple[int, str, int]:
+    """A claim row's place in ``ORDER BY ready_at_ms, instance_id, ordinal`` (the key is
+    unique, and Python orders str as SQLite's BINARY collation orders their UTF-8)."""
+    return row[19], row[1], row[2]
+
 
 # The same two index ranges as the claim, read-only: what fires by a given time.
 _SQL_DUE_SELECT = f"""
@@ -188,6 +212,17 @@ _SQL_COMPLETE_SET = f"""
            attempts = attempts + (? = '{DEAD}'), last_error = ifnull(?, last_error)
      WHERE """
 _SQL_COMPLETE = _SQL_COMPLETE_SET + "instance_id = ? AND ordinal = ?"
+
+# A position write conditional on the version loaded: the commit's only statement that can
+# refuse it (rowcount 0) for a plain event or fire.
+_SQL_UPDATE_POSITION = ("UPDATE positions SET chart = ?, version = version + 1, blob = ?, status = ?, "
+                        "timers = ?, parent = ?, idempotency = ? WHERE instance_id = ? AND version = ?")
+
+
+class _Many(list):
+    """Parameter rows for one ``executemany``: passed to ``_execute`` as its ``params`` so
+    that a statement run many times still goes through the one crash-injection seam."""
+
 
 # Well under SQLite's smallest host-parameter limit (999 before 3.32).
 _IN_CHUNK = 500
@@ -236,6 +271,8 @@ def _pack(value: Any, what: str) -> bytes:
     return pack_field(value, f"{what} (SQLite)")
 
 
+_unpackb = msgpack.unpackb
+
 #: msgpack's nil: most rows have no caller context
 _NIL = b"\xc0"
 
@@ -257,13 +294,30 @@ def _pack_refs(refs: Sequence[TimerRef]) -> bytes:
     return _pack([[r.ordinal, r.send_id, r.name] for r in refs], "timer refs")
 
 
+#: Decoded refs by their bytes: many instances share the same few (a chart's timers get the
+#: same ordinals and send ids), and refs are immutable, so one decode serves them all.
+_REFS_SEEN: dict[bytes, tuple[TimerRef, ...]] = {}
+#: bounds on ``_REFS_SEEN`` and ``_DEDUP_SEEN``: entries (cleared when full; a few distinct
+#: values per chart in practice) and the bytes of one value kept (the common short ones)
+_SEEN_MAX = 4096
+_SEEN_MAX_BYTES = 256
+
+
 def _unpack_refs(data: bytes) -> tuple[TimerRef, ...]:
     if data == _NO_REFS:
         return ()
+    refs = _REFS_SEEN.get(data)
+    if refs is not None:
+        return refs
     try:
-        return tuple(TimerRef(o, s, n) for o, s, n in _unpack(data, "timer refs"))
+        refs = tuple(TimerRef(o, s, n) for o, s, n in _unpack(data, "timer refs"))
     except (TypeError, ValueError) as exc:
         raise StoreError(f"corrupt timer refs in SQLite database: {exc}") from exc
+    if len(data) <= _SEEN_MAX_BYTES:
+        if len(_REFS_SEEN) >= _SEEN_MAX:
+            _REFS_SEEN.clear()
+        _REFS_SEEN[data] = refs
+    return refs
 
 
 def _pack_keys(keys: Sequence[KeyRecord]) -> bytes | None:
@@ -289,8 +343,8 @@ def _timer_params(row: TimerRow) -> tuple[Any, ...]:
 
 #: A commit's values encoded for SQLite: position writes (with packed refs and keys), timer
 #: row parameters, history records with their packed bytes.
-_Encoded = tuple[list[tuple[PositionWrite, tuple[bytes, bytes | None] | None]], list[tuple[Any, ...]],
-                 list[tuple[HistoryRecord, bytes]]]
+_Encoded = tuple[list[tuple[PositionWrite, tuple[bytes, bytes | None] | None]], Sequence[tuple[Any, ...]],
+                 Sequence[tuple[HistoryRecord, bytes]]]
 
 
 def _encode(commit: Commit) -> _Encoded:
@@ -298,10 +352,19 @@ def _encode(commit: Commit) -> _Encoded:
 
     :raises InvalidInstanceId, SerializationError: nothing of the commit can be written.
     """
+    ws = commit.writes
+    if len(ws) == 1 and not (commit.timers_put or commit.timers_delete or commit.history):
+        # an event's or a fire's commit (nearly all of them): one position, maybe its row
+        w = ws[0]
+        check_instance_id(w.instance_id)
+        c = commit.complete
+        if c is not None and c.key[0] != w.instance_id:
+            check_instance_id(c.key[0])
+        return ([(w, None if w.blob is None else (_pack_refs(w.timers), _pack_keys(w.idempotency)))], (), ())
     for instance_id in commit_instance_ids(commit):
         check_instance_id(instance_id)
     writes = [(w, None if w.blob is None else (_pack_refs(w.timers), _pack_keys(w.idempotency)))
-              for w in commit.writes]
+              for w in ws]
     return (writes, [_timer_params(row) for row in commit.timers_put],
             [(h, pack_history(h)) for h in commit.history])
 
@@ -317,11 +380,29 @@ def _refused_before_writing(commit: Commit) -> bool:
             and not commit.timers_put and not commit.timers_delete and not commit.history)
 
 
+def _plain_update(commit: Commit) -> bool:
+    """Whether ``commit`` writes nothing but one existing instance's position (and maybe
+    completes its row, which ``commit_many`` checks before and does after): a plain event's
+    or fire's, whose one statement either lands or refuses it."""
+    writes = commit.writes
+    return (len(writes) == 1 and writes[0].blob is not None and writes[0].expected_version is not None
+            and not commit.timers_put and not commit.timers_delete and not commit.history)
+
+
+def _first(item: tuple[int, Commit, _Encoded]) -> int:
+    return item[0]
+
+
 _POSITION_COLS = "instance_id, chart, version, blob, status, timers, parent, idempotency"
 
 
 def _row_to_record(r: Sequence[Any]) -> PositionRecord:
-    return PositionRecord(r[0], r[1], r[2], bytes(r[3]), r[4], _unpack_refs(r[5]), r[6], _unpack_keys(r[7]))
+    # a group loads one record per unit: the row's columns are _POSITION_COLS, in field order,
+    # and most rows have no refs and no keys to decode
+    iid, chart, version, blob, status, refs, parent, keys = r
+    return PositionRecord(iid, chart, version, blob if type(blob) is bytes else bytes(blob), status,
+                          () if refs == _NO_REFS else _unpack_refs(refs), parent,
+                          () if keys is None else _unpack_keys(keys))
 
 
 def _row_to_timer(r: Sequence[Any], claim: tuple[str, int] | None = None) -> TimerRow:
@@ -331,6 +412,44 @@ def _row_to_timer(r: Sequence[Any], claim: tuple[str, int] | None = None) -> Tim
     return make_timer_row(r[0], r[1], r[2], r[3], r[4], _unpack(r[5], "timer event"), r[6],
                           _unpack(r[7], "timer dedup"), _unpack(r[8], "timer caller_context"), state, r[10],
                           r[11], claimed_by, expires, r[14], r[15], r[16], r[17] or TIMER)
+
+
+#: Decoded dedup fields by their bytes (copied out: a row's dict is its own). Rows of one
+#: chart share a few shapes; only maps of immutable scalars are kept.
+_DEDUP_SEEN: dict[bytes, dict[str, Any]] = {}
+_SCALARS = (int, str, bool, float, type(None))
+
+
+def _unpack_dedup(data: bytes) -> Any:
+    seen = _DEDUP_SEEN.get(data)
+    if seen is not None:
+        return dict(seen)
+    dedup = _unpack(data, "timer dedup")
+    if (len(data) <= _SEEN_MAX_BYTES and type(dedup) is dict
+            and all(type(v) in _SCALARS for v in dedup.values())):
+        if len(_DEDUP_SEEN) >= _SEEN_MAX:
+            _DEDUP_SEEN.clear()
+        _DEDUP_SEEN[data] = dict(dedup)
+    return dedup
+
+
+def _claimed_timers(rows: Sequence[Sequence[Any]], node_id: str, expires: int) -> list[TimerRow]:
+    """The rows of a claim's select as TimerRows just claimed by ``node_id``: the
+    claim's per-row work, so the fields are unpacked from the row at once and the event
+    decoded without the per-field wrappers (a damaged one is decoded again by the wrapper,
+    whose error names the field)."""
+    out = []
+    for (_rowid, iid, ordinal, target, due, send_id, event, name, dedup, context, _state, attempts,
+         next_at, _by, _expires, error, outcome, reason, kind, _ready, _lapsed) in rows:
+        try:
+            decoded = _unpackb(event, raw=False, strict_map_key=False)
+        except Exception:   # msgpack raises several unrelated types on bad input
+            decoded = _unpack(event, "timer event")   # raises the StoreError naming the field
+        out.append(make_timer_row(
+            iid, ordinal, target, due, send_id, decoded, name, _unpack_dedup(dedup),
+            None if context == _NIL else _unpack(context, "timer caller_context"),
+            CLAIMED, attempts, next_at, node_id, expires, error, outcome, reason, kind or TIMER))
+    return out
 
 
 # ----------------------------------------------------------------------------- the store
@@ -353,7 +472,8 @@ class SQLiteStore:
     schema raises :class:`~statebound.StoreError`.
 
     Testing seam: every SQL statement the store runs, ``BEGIN IMMEDIATE`` and ``COMMIT``
-    included, goes through the private method ``_execute(sql, params)``. A crash-injection
+    included, goes through the private method ``_execute(sql, params)`` (a statement run
+    for many parameter rows at once is one call). A crash-injection
     test can monkeypatch it on an instance to raise before or after the N-th statement.
     ``ROLLBACK`` deliberately bypasses it so an injected failure still leaves the
     connection clean, as a real crash leaves the file.
@@ -426,10 +546,14 @@ class SQLiteStore:
 
     # -- plumbing ----------------------------------------------------------------------
     def _execute(self, sql: str, params: Sequence[Any] = ()) -> sqlite3.Cursor:
-        """Run one SQL statement: the single seam that crash-injection tests patch."""
+        """Run one SQL statement: the single seam that crash-injection tests patch. With
+        ``params`` a :class:`_Many`, the statement runs once per parameter row
+        (``executemany``), as one call of the seam."""
         db = self._db
         if db is None:
             raise StoreUnavailable(f"SQLiteStore {self.path!r} is closed")
+        if type(params) is _Many:
+            return db.executemany(sql, params)
         return db.execute(sql, params)
 
     def _rollback(self) -> None:
@@ -611,9 +735,14 @@ class SQLiteStore:
         """Group commit: apply many commits in **one** transaction (one fsync), each all or
         nothing on its own.
 
-        Each commit runs inside a savepoint (unless every check that can refuse it runs
-        before its first write); one whose condition fails (or whose values cannot be
-        stored) is rolled back to it, gets its error in its slot, and the others go on. A crash anywhere before the final ``COMMIT`` applies none of them.
+        The position updates of the plain commits (one existing position written, maybe
+        its row completed: every event's and fire's) are tried first as one
+        ``executemany``, in a savepoint. If any is refused, that attempt is rolled back
+        and the group goes commit by commit: each commit runs inside a savepoint (unless
+        every check that can refuse it runs before its first write); one whose condition
+        fails (or whose values cannot be stored) is rolled back to it, gets its error in
+        its slot, and the others go on. A crash anywhere before the final ``COMMIT``
+        applies none of them.
         The rows the commits complete are checked in one ``SELECT`` before the first commit
         and completed after the last, one statement per kind of completion (the commits
         touch disjoint instances, so none changes a row another completes); a commit whose
@@ -640,11 +769,23 @@ class SQLiteStore:
             # just before its own commit, in one statement for the group instead of one each.
             claimable = self._claimable([c.complete for _, c, _ in todo if c.complete is not None])
             finish: list[TimerCompletion] = []
-            for i, commit, encoded in todo:
+            alone: list[tuple[int, Commit, _Encoded]] = []
+            plain: list[tuple[int, Commit, _Encoded]] = []
+            for item in todo:
+                i, commit, encoded = item
                 c = commit.complete
                 if c is not None and not claimable.get(c.key, False):
                     out[i] = ConflictError(f"timer {c.key} is no longer claimable")
-                    continue
+                elif _plain_update(commit):
+                    plain.append(item)
+                else:
+                    alone.append(item)
+            if len(plain) > 1 and self._update_plain(plain):
+                finish.extend(c.complete for _, c, _ in plain if c.complete is not None)
+            else:
+                alone = sorted(alone + plain, key=_first) if alone else plain
+            for i, commit, encoded in alone:
+                c = commit.complete
                 # A statement that fails leaves nothing behind (SQLite undoes a failed
                 # statement on its own), so a commit refused before its first write (a
                 # plain event's or a timer fire's) needs no savepoint: two statements
@@ -669,6 +810,30 @@ class SQLiteStore:
             # instead of one each: they cannot fail, and touch rows no other commit does.
             self._complete_many(finish)
         return out
+
+    def _update_plain(self, plain: Sequence[tuple[int, Commit, _Encoded]]) -> bool:
+        """Try the position updates of many plain commits as one ``executemany``.
+
+        All land, or (a version moved, a value SQLite refuses) none: the attempt runs in a
+        savepoint and is rolled back, and the caller applies them one by one, which gives
+        each refused commit its own error. Returns whether they landed.
+        """
+        params = _Many()
+        for _i, commit, encoded in plain:
+            w = commit.writes[0]
+            packed = encoded[0][0][1]
+            assert packed is not None
+            params.append((w.chart, w.blob, w.status, packed[0], w.parent, packed[1], w.instance_id,
+                           w.expected_version))
+        self._execute("SAVEPOINT sb_many")
+        try:
+            landed = self._execute(_SQL_UPDATE_POSITION, params).rowcount == len(params)
+        except (OverflowError, sqlite3.IntegrityError):
+            landed = False
+        if not landed:
+            self._execute("ROLLBACK TO sb_many")
+        self._execute("RELEASE sb_many")
+        return landed
 
     def _claimable(self, completions: Sequence[TimerCompletion]) -> dict[TimerKey, bool]:
         """Whether each completion's row may be completed (``_check_completion`` for many)."""
@@ -757,10 +922,8 @@ class SQLiteStore:
                 raise ConflictError(f"instance {iid!r} already exists", iid,
                                     self._current_version(iid))
             return
-        n = self._execute(
-            "UPDATE positions SET chart = ?, version = version + 1, blob = ?, status = ?, "
-            "timers = ?, parent = ?, idempotency = ? WHERE instance_id = ? AND version = ?",
-            (w.chart, w.blob, w.status, refs, w.parent, keys, iid, w.expected_version)).rowcount
+        n = self._execute(_SQL_UPDATE_POSITION,
+                          (w.chart, w.blob, w.status, refs, w.parent, keys, iid, w.expected_version)).rowcount
         if n != 1:
             raise ConflictError(f"version of {iid!r} moved", iid, self._current_version(iid))
 
@@ -783,8 +946,12 @@ class SQLiteStore:
             return []
         expires = now_ms + lease_ms
         with self._write():
-            rows = self._execute(_SQL_CLAIM_SELECT,
-                                 (now_ms, limit, now_ms, limit, limit)).fetchall()
+            rows = self._execute(_SQL_CLAIM_PENDING, (now_ms, now_ms, limit)).fetchall()
+            if not rows:
+                rows = self._execute(_SQL_CLAIM_LAPSED, (now_ms, limit)).fetchall()
+            elif rows[0][20]:   # lapsed claims too: merge the two ranges
+                rows = self._execute(_SQL_CLAIM_BOTH, (now_ms, limit, now_ms, limit, limit)).fetchall()
+                rows.sort(key=_claim_order)
             rowids = [r[0] for r in rows]
             for i in range(0, len(rowids), _IN_CHUNK):
                 chunk = rowids[i:i + _IN_CHUNK]
@@ -792,7 +959,7 @@ class SQLiteStore:
                     f"UPDATE timers SET state = '{CLAIMED}', claimed_by = ?, "
                     f"claim_expires_ms = ? WHERE rowid IN ({', '.join('?' * len(chunk))})",
                     (node_id, expires, *chunk))
-        return [_row_to_timer(r[1:], (node_id, expires)) for r in rows]
+        return _claimed_timers(rows, node_id, expires)
 
     def release(self, key: TimerKey, node_id: str, *, error: str, next_attempt_at_ms: int,
                 dead: bool) -> None:
