@@ -407,6 +407,56 @@ def test_crash_during_a_claim_claims_all_or_nothing(tmp_path, monkeypatch, when)
                 0 if (when, fail_at) == ("after", 4) else 3)
 
 
+def _commit_levels(monkeypatch, store):
+    """The connection's ``synchronous`` level at every COMMIT the store sends."""
+    real = store._execute
+    levels = []
+
+    def seam(sql, params=()):
+        if sql == "COMMIT":
+            levels.append(store._db.execute("PRAGMA synchronous").fetchone()[0])
+        return real(sql, params)
+
+    monkeypatch.setattr(store, "_execute", seam)
+    return levels
+
+
+def test_a_claim_commits_without_an_fsync_and_everything_else_with_one(tmp_path, monkeypatch):
+    # ADR 0025: a claim is a lease that acknowledges nothing, so it commits at NORMAL (no
+    # fsync of its own; the next FULL commit's fsync covers it); every other commit is FULL.
+    with SQLiteStore(tmp_path / "sync.db") as store:
+        levels = _commit_levels(monkeypatch, store)
+        store.commit(Commit(timers_put=tuple(timer("a", i, i) for i in range(3))))
+        claimed = store.claim_due(100, 10, "n1", 1000)
+        store.commit(Commit(complete=TimerCompletion(claimed[0].key, "fired", None, "n1")))
+        assert levels == [2, 1, 2]                        # FULL, NORMAL (the claim), FULL
+        assert store._db.execute("PRAGMA synchronous").fetchone()[0] == 2
+
+
+def test_a_store_set_below_full_stays_there_across_a_claim(tmp_path, monkeypatch):
+    with SQLiteStore(tmp_path / "off.db") as store:
+        store._db.execute("PRAGMA synchronous=OFF")       # e.g. a bench or a throwaway store
+        levels = _commit_levels(monkeypatch, store)
+        store.commit(Commit(timers_put=(timer("a", 1, 1),)))
+        store.claim_due(100, 10, "n1", 1000)
+        assert levels == [0, 0]
+        assert store._db.execute("PRAGMA synchronous").fetchone()[0] == 0
+
+
+@pytest.mark.parametrize("fail_at", [1, 2, 3, 4])   # BEGIN, SELECT, UPDATE, COMMIT
+def test_a_failed_claim_still_restores_full_sync(tmp_path, monkeypatch, fail_at):
+    with SQLiteStore(tmp_path / f"restore-{fail_at}.db") as store:
+        store.commit(Commit(timers_put=(timer("a", 1, 1),)))
+        _inject(monkeypatch, store, fail_at, "before")
+        with pytest.raises(StoreUnavailable, match="injected"):
+            store.claim_due(100, 10, "n1", 1000)
+        monkeypatch.undo()
+        assert store._db.execute("PRAGMA synchronous").fetchone()[0] == 2
+        levels = _commit_levels(monkeypatch, store)
+        store.commit(Commit(timers_put=(timer("b", 1, 1),)))
+        assert levels == [2]
+
+
 # --------------------------------------------------------------------------- equivalence
 
 

@@ -567,9 +567,13 @@ class SQLiteStore:
                 pass
 
     @contextmanager
-    def _write(self) -> Iterator[None]:
-        """One write transaction: lock, ``BEGIN IMMEDIATE``, ``COMMIT`` or roll back."""
+    def _write(self, *, lease_only: bool = False) -> Iterator[None]:
+        """One write transaction: lock, ``BEGIN IMMEDIATE``, ``COMMIT`` or roll back.
+
+        ``lease_only``: the transaction writes nothing but claims (leases), so it commits
+        without its own fsync (``synchronous=NORMAL`` for this commit only, ADR 0025)."""
         with self._lock, _map_sqlite_errors():
+            relaxed = self._relax_sync() if lease_only else None
             try:
                 # IMMEDIATE takes the write lock now, waiting up to the busy timeout; a
                 # deferred transaction that upgrades later gets SQLITE_BUSY at once, with no
@@ -582,6 +586,39 @@ class SQLiteStore:
             except BaseException:
                 self._rollback()
                 raise
+            finally:
+                if relaxed is not None:
+                    self._restore_sync(relaxed)
+
+    def _relax_sync(self) -> int | None:
+        """Switch this connection to ``synchronous=NORMAL`` if it is stricter; returns the
+        level to restore (``None``: already NORMAL or OFF, nothing to undo).
+
+        The durability setting is the connection's, not a statement of the transaction, so it
+        goes to the connection directly rather than through ``_execute`` (whose numbered
+        statements the crash-injection tests count). The store's lock is held from here to
+        the restore, so no other thread's commit runs at the relaxed level."""
+        db = self._db
+        if db is None:
+            return None
+        level = int(db.execute("PRAGMA synchronous").fetchone()[0])
+        if level <= 1:   # OFF (0) or NORMAL (1): a claim already commits without an fsync
+            return None
+        db.execute("PRAGMA synchronous=NORMAL")
+        return level
+
+    def _restore_sync(self, level: int) -> None:
+        db = self._db
+        if db is None:
+            return
+        try:
+            db.execute(f"PRAGMA synchronous={int(level)}")
+        except BaseException:
+            # A connection that cannot be set back must not commit anything at the relaxed
+            # level: close it, so every later call fails with StoreUnavailable instead.
+            self._db = None
+            db.close()
+            raise
 
     @contextmanager
     def _read(self) -> Iterator[None]:
@@ -609,7 +646,8 @@ class SQLiteStore:
         # cut or OS crash may drop the last few *acknowledged* commits (the file stays
         # consistent). A durable-timer store promises that an acknowledged send or fire
         # stays done, since effects outside the store may already have happened, so we
-        # pay one WAL fsync per commit.
+        # pay one WAL fsync per commit. The one exception is a claim, which acknowledges
+        # nothing (ADR 0025: _write(lease_only=True)).
         self._execute("PRAGMA synchronous=FULL")
 
     def _read_schema_version(self) -> int:
@@ -940,12 +978,15 @@ class SQLiteStore:
 
         Ready: ``pending`` with ``ready_at_ms <= now_ms``, or ``claimed`` with a lease that
         has run out (a dead sweeper's). The select and the update run under one write lock,
-        so across every process sharing the file a row has one live claim at a time.
+        so across every process sharing the file a row has one live claim at a time. The
+        claim commits without its own fsync: it is a lease, not an acknowledgement, and the
+        next commit's fsync makes it durable (``docs/adr/0025-sqlite-claims-commit-without-their-own-fsync.md``).
         """
         if limit <= 0:
             return []
         expires = now_ms + lease_ms
-        with self._write():
+        # A claim is a lease, not an acknowledgement: it commits without an fsync (ADR 0025)
+        with self._write(lease_only=True):
             rows = self._execute(_SQL_CLAIM_PENDING, (now_ms, now_ms, limit)).fetchall()
             if not rows:
                 rows = self._execute(_SQL_CLAIM_LAPSED, (now_ms, limit)).fetchall()
