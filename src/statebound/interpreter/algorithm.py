@@ -132,11 +132,8 @@ class Machine(ContentMixin):
         self.round_no = 0
         self.final_config: tuple[int, ...] | None = None
         self.cancelled = False
-        cache = chart._caches.get("algo")
-        if cache is None:
-            cache = chart._caches["algo"] = {"select": {}, "conflict": {}, "plan": {}, "entry": {}, "eventless": {}}
-        self.cache: dict[str, dict[Any, Any]] = cache
-        self.late = chart.binding == "late"
+        self.cache: dict[str, dict[Any, Any]] = prog.algo
+        self.late: bool = prog.late
         self.ordinal_at_microstep = self.ordinal
         self.current_event: str | None = None
         self.current_sendid: str | None = None
@@ -176,12 +173,15 @@ class Machine(ContentMixin):
 
     def process_external(self, event: Event) -> None:
         """``mainEventLoop`` from the dequeue of an external event to the end of its macrostep."""
-        if event.is_cancel:  # Appendix D: isCancelEvent -> running = false, then exitInterpreter
+        # Appendix D: isCancelEvent -> running = false, then exitInterpreter (the cancel
+        # event is a platform event: the type test spares the property call for the rest)
+        if event.type == "platform" and event.is_cancel:
             self.running = False
             self.cancelled = True
             self.exit_interpreter()
             return
-        self.ctx.set_event(event)
+        if self.prog.reads_event:
+            self.ctx.set_event(event)
         self.current_event = event.name
         self.current_sendid = event.sendid
         for inv in self.invocations:
@@ -205,7 +205,8 @@ class Machine(ContentMixin):
                     if not self.internal:
                         break
                     ev = self.internal.popleft()
-                    self.ctx.set_event(ev)
+                    if self.prog.reads_event:
+                        self.ctx.set_event(ev)
                     self.current_event = ev.name
                     self.current_sendid = ev.sendid
                     enabled = self.select_transitions(ev)
@@ -340,9 +341,14 @@ class Machine(ContentMixin):
         self.microstep_no += 1
         if self.microstep_no + self.idle_no > self.max_rounds:
             raise OutOfRounds()
-        self.check_items()
+        # check_items(), inline: the tick and the bound are all it does on a drive's hot path
+        self.ticks -= 1
+        if self.ticks <= 0 or len(self.internal) + len(self.effects) > self.max_items:
+            self.ticks += 1
+            self.check_items()
         self.ordinal_at_microstep = self.ordinal
-        tkey = tuple([t.index for t in enabled])
+        # the key of the transition set (most microsteps take one transition: no comprehension)
+        tkey = (enabled[0].index,) if len(enabled) == 1 else tuple([t.index for t in enabled])
         self.exit_states(enabled, tkey)
         self.execute_transition_content(enabled)
         self.enter_states(enabled, tkey)

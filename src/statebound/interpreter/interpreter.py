@@ -216,19 +216,18 @@ class Interpreter:
                 raise InvalidEvent("an event needs a non-empty name")
             ev = None
             name = event
-            static = not position.timeouts and \
+            static = self._static_path and not position.timeouts and \
                 (not position.invocations or not any(i.autoforward for i in position.invocations))
         else:
             ev = _as_event(event)
             name = ev.name
-            static = not ev.is_cancel and not position.timeouts and \
+            static = self._static_path and not ev.is_cancel and not position.timeouts and \
                 (not position.invocations or self._quiet_invocations(position, ev))
         if static:
-            # with static_path=False nothing is ever planned, so this lookup never answers
             fast = self._static.get((position.states, name), _UNKNOWN)
             if type(fast) is tuple:
                 return advance(position, fast), ()
-            if fast is _UNKNOWN and self._static_path:
+            if fast is _UNKNOWN:
                 fast, budget = self._static_lookup(position.states, name, budget)
                 if type(fast) is tuple:
                     return advance(position, fast), ()
