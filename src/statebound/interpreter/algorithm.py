@@ -247,7 +247,9 @@ class Machine(ContentMixin):
     # ------------------------------------------------------------------ selection
     def select_eventless_transitions(self) -> list[Transition]:
         """``selectEventlessTransitions``."""
-        key = self.config_key()
+        key = self._key
+        if key is None:
+            key = self.config_key()
         chains = self.cache["eventless"].get(key)
         if chains is None:
             chains = self._chains(key, None)
@@ -258,7 +260,10 @@ class Machine(ContentMixin):
 
     def select_transitions(self, event: Event) -> list[Transition]:
         """``selectTransitions`` for an event (internal or external)."""
-        key = (self.config_key(), event.name)
+        config = self._key
+        if config is None:
+            config = self.config_key()
+        key = (config, event.name)
         chains = self.cache["select"].get(key)
         if chains is None:
             chains = self._chains(key[0], event.name)
@@ -293,9 +298,11 @@ class Machine(ContentMixin):
 
     def _pick(self, chains: tuple[tuple[Transition, ...], ...]) -> list[Transition]:
         enabled: list[Transition] = []
+        conds = self.prog.cond
         for chain in chains:
             for t in chain:
-                if t.cond is None or self.condition_match(t):
+                cond = conds[t.index]
+                if cond is None or self.condition_match(t, cond):
                     # an ancestor's transition can be picked for two atomic states: once is enough
                     for e in enabled:
                         if e is t:
@@ -398,7 +405,9 @@ class Machine(ContentMixin):
 
     def exit_states(self, enabled: list[Transition], tkey: tuple[int, ...] | None = None) -> None:
         """``exitStates``: record history, run onexit, cancel invokes, leave the configuration."""
-        to_exit, records_history, busy = self._exit_plan(enabled, tkey)
+        key = self._key
+        plan = None if key is None or tkey is None else self.cache["plan"].get((key, tkey))
+        to_exit, records_history, busy = self._exit_plan(enabled, tkey) if plan is None else plan
         if not to_exit:
             return
         self._key = None
@@ -456,7 +465,8 @@ class Machine(ContentMixin):
 
     def enter_states(self, enabled: list[Transition], tkey: tuple[int, ...] | None = None) -> None:
         """``enterStates``: enter in entry order, run onentry, raise ``done.state.*``."""
-        to_enter, default_entry, default_history, busy = self._entry_plan(enabled, tkey)
+        plan = None if tkey is None else self.cache["entry"].get(tkey)
+        to_enter, default_entry, default_history, busy = self._entry_plan(enabled, tkey) if plan is None else plan
         if not busy:
             self.config.update(to_enter)  # nothing to run: joining is all there is
             self._key = None

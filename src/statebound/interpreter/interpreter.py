@@ -236,7 +236,7 @@ class Interpreter:
                 if done is not None:
                     return done
         if ev is None:
-            ev = self._named(name)
+            ev = self._events.get(name) or self._named(name)
         if budget is not None or self._loops:
             budget = self._budget(budget)
         m = self._machine(position, None, caller_context, macrostep=position.macrostep + 1, budget=budget)
@@ -391,29 +391,40 @@ class Interpreter:
         """
         if m.ctx is _INERT:
             return before_blob
+        variables = m.ctx.variables()
+        try:
+            return pack_vars(variables)
+        except SerializationError as exc:
+            return self._restore_unstorable(m, before, before_blob, variables, exc)
+
+    def _restore_unstorable(self, m: Machine, before: dict[str, Any] | None, before_blob: bytes,
+                            variables: dict[str, Any], exc: SerializationError) -> bytes:
+        """The rest of :meth:`_settle_data`, once ``variables`` failed to encode with ``exc``."""
         original: dict[str, Any] = {}
         forced: dict[str, Any] = {}  # put back by the commit: the chart made the variable unwritable
         dropped: set[str] = set()    # names that cannot be stored at all (a lone surrogate)
-        for _ in range(8):
-            variables = _settled(m.ctx.variables(), forced, dropped)
-            try:
-                return pack_vars(variables)
-            except SerializationError as exc:
-                original = before if before is not None else unpack_vars(before_blob)
-                for k, v in variables.items():
-                    if _storable(k, v):
-                        continue
-                    if not _storable(k, None):
-                        dropped.add(k)
-                        continue
-                    try:
-                        m.ctx.declare(k, original.get(k))
-                    except EvaluationError:
-                        forced[k] = original.get(k)
-                if not m.running:
+        for attempt in range(8):
+            if attempt:
+                variables = _settled(m.ctx.variables(), forced, dropped)
+                try:
+                    return pack_vars(variables)
+                except SerializationError as again:
+                    exc = again
+            original = before if before is not None else unpack_vars(before_blob)
+            for k, v in variables.items():
+                if _storable(k, v):
                     continue
-                m.raise_error("error.execution", f"{exc}; the variable was restored")
-                m.macrostep()
+                if not _storable(k, None):
+                    dropped.add(k)
+                    continue
+                try:
+                    m.ctx.declare(k, original.get(k))
+                except EvaluationError:
+                    forced[k] = original.get(k)
+            if not m.running:
+                continue
+            m.raise_error("error.execution", f"{exc}; the variable was restored")
+            m.macrostep()
         # A chart that keeps making values unstorable (a polluted prototype...): store what can
         # be stored, and the value before the drive of every other variable.
         keep: dict[str, Any] = {}
