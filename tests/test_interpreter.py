@@ -20,6 +20,7 @@ What this module proves, each with a chart small enough to read:
 
 from __future__ import annotations
 
+import gc
 import re
 
 import pytest
@@ -732,6 +733,25 @@ def test_in_place_mutation_to_unstorable_value_is_error_execution():
     new, _ = it.drive(pos, "go")
     assert new.configuration == {"failed"}
     assert new.datamodel["xs"] == []
+
+
+def test_restoring_an_unstorable_variable_leaves_no_reference_cycle():
+    # a kept exception would hold the drive's frames, its machine and its context in a
+    # cycle: alive until the collector runs (an ecmascript context keeps its realm meanwhile)
+    # (the first error's transition spoils the variable again: the commit retries, fails anew)
+    _, it = machine('<datamodel><data id="xs" expr="[]"/><data id="k" expr="0"/></datamodel><state id="a">'
+                    '<transition event="go"><log expr="xs.append({1})"/></transition>'
+                    '<transition event="error.execution" cond="k == 0"><assign location="k" expr="1"/>'
+                    '<log expr="xs.append({2})"/></transition></state>')
+    pos, _ = it.start()
+    gc.collect()
+    gc.disable()
+    try:
+        new, _ = it.drive(pos, "go")
+        assert gc.collect() == 0
+    finally:
+        gc.enable()
+    assert dict(new.datamodel) == {"xs": [], "k": 1}
 
 
 # A property: on random flat/nested charts without content, the fast path and the general

@@ -484,13 +484,16 @@ class PythonContext:
     Only the system variables the chart names are bound (see :attr:`PythonDatamodel.uses`).
     """
 
-    __slots__ = ("_budget", "_dm", "ns")
+    __slots__ = ("_budget", "_dm", "_name", "_sessionid", "ns")
 
     def __init__(self, dm: PythonDatamodel, variables: dict[str, Any], session_id: str, name: str,
                  ioprocessors: Mapping[str, Any], in_state: Callable[[str], bool],
                  budget: Budget | None = None) -> None:
         self._dm = dm
         self._budget = budget
+        # what a <script> may not rebind, bound in the namespace only when some code reads it
+        self._sessionid = session_id
+        self._name = name
         uses = dm.uses
         ns = variables
         ns["__builtins__"] = SAFE_BUILTINS
@@ -566,7 +569,8 @@ class PythonContext:
         # what the system variables held before the script is what they were bound to: an
         # <assign> cannot change them, and a script that did was rolled back
         problem = None
-        if ns.get("_sessionid") != before.get("_sessionid") or ns.get("_name") != before.get("_name") \
+        if ns.get("_sessionid", self._sessionid) != before.get("_sessionid", self._sessionid) \
+                or ns.get("_name", self._name) != before.get("_name", self._name) \
                 or ns.get("_ioprocessors") is not before.get("_ioprocessors") \
                 or ns.get("In") is not before.get("In") or ns.get("_event") is not before.get("_event"):
             problem = "<script> may not assign system variables"

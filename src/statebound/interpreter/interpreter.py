@@ -395,11 +395,14 @@ class Interpreter:
         try:
             return pack_vars(variables)
         except SerializationError as exc:
-            return self._restore_unstorable(m, before, before_blob, variables, exc)
+            # the message only: an exception kept past its handler would keep this frame,
+            # the machine and its context alive in a cycle (a QuickJS realm stays lent)
+            failure = str(exc)
+        return self._restore_unstorable(m, before, before_blob, variables, failure)
 
     def _restore_unstorable(self, m: Machine, before: dict[str, Any] | None, before_blob: bytes,
-                            variables: dict[str, Any], exc: SerializationError) -> bytes:
-        """The rest of :meth:`_settle_data`, once ``variables`` failed to encode with ``exc``."""
+                            variables: dict[str, Any], failure: str) -> bytes:
+        """The rest of :meth:`_settle_data`, once ``variables`` failed to encode (``failure`` says why)."""
         original: dict[str, Any] = {}
         forced: dict[str, Any] = {}  # put back by the commit: the chart made the variable unwritable
         dropped: set[str] = set()    # names that cannot be stored at all (a lone surrogate)
@@ -408,8 +411,8 @@ class Interpreter:
                 variables = _settled(m.ctx.variables(), forced, dropped)
                 try:
                     return pack_vars(variables)
-                except SerializationError as again:
-                    exc = again
+                except SerializationError as exc:
+                    failure = str(exc)
             original = before if before is not None else unpack_vars(before_blob)
             for k, v in variables.items():
                 if _storable(k, v):
@@ -423,7 +426,7 @@ class Interpreter:
                     forced[k] = original.get(k)
             if not m.running:
                 continue
-            m.raise_error("error.execution", f"{exc}; the variable was restored")
+            m.raise_error("error.execution", f"{failure}; the variable was restored")
             m.macrostep()
         # A chart that keeps making values unstorable (a polluted prototype...): store what can
         # be stored, and the value before the drive of every other variable.
