@@ -754,6 +754,19 @@ def test_restoring_an_unstorable_variable_leaves_no_reference_cycle():
     assert dict(new.datamodel) == {"xs": [], "k": 1}
 
 
+def test_a_chart_that_keeps_spoiling_a_variable_commits_it_as_it_was():
+    # every error.execution spoils the restored value again: after the commit's last retry
+    # the variable keeps its value from before the drive, and the drive still returns
+    _, it = machine('<datamodel><data id="xs" expr="[7]"/><data id="n" expr="0"/></datamodel><state id="a">'
+                    '<transition event="go"><assign location="n" expr="1"/><log expr="xs.append({1})"/>'
+                    '</transition><transition event="error.execution"><log expr="xs.append({2})"/></transition>'
+                    '</state>')
+    pos, _ = it.start()
+    new, effects = it.drive(pos, "go")
+    assert dict(new.datamodel) == {"xs": [7], "n": 1}
+    assert sum(1 for e in effects if isinstance(e, Log) and e.label == "error.execution") == 8
+
+
 # A property: on random flat/nested charts without content, the fast path and the general
 # path (the same chart with a no-op <log> in every state) reach equal positions.
 from hypothesis import HealthCheck, given, settings, strategies as st  # noqa: E402

@@ -429,7 +429,9 @@ class Interpreter:
             m.raise_error("error.execution", f"{failure}; the variable was restored")
             m.macrostep()
         # A chart that keeps making values unstorable (a polluted prototype...): store what can
-        # be stored, and the value before the drive of every other variable.
+        # be stored, and the value before the drive of every other variable, decoded afresh:
+        # the values of `original` were handed to the chart, which may have spoiled them too.
+        original = before if before is not None else unpack_vars(before_blob)
         keep: dict[str, Any] = {}
         for k, v in _settled(m.ctx.variables(), forced, dropped).items():
             if _storable(k, v):
