@@ -316,7 +316,10 @@ class Machine(ContentMixin):
 
     def remove_conflicting_transitions(self, enabled: list[Transition]) -> list[Transition]:
         """``removeConflictingTransitions``: optimal enabled set, document-order priority."""
-        key = (self.config_key(), tuple(t.index for t in enabled))
+        config = self._key
+        if config is None:
+            config = self.config_key()
+        key = (config, tuple([t.index for t in enabled]))
         cached = self.cache["conflict"].get(key)
         if cached is not None:
             return list(cached)
