@@ -281,6 +281,27 @@ def test_system_variables_are_not_stored_in_the_position():
     assert set(pos.datamodel) == {"n"}
 
 
+@pytest.mark.parametrize("name", ["_x", "In"])
+def test_a_system_name_a_script_binds_without_reading_it_is_not_stored(name):
+    # a match capture binds a global without naming it in the code, so the context never
+    # bound it: the commit must still leave it out, and the blob must load again
+    pos, _ = run(f"""<datamodel><data id="n" expr="1"/></datamodel>
+      <state id="a"><onentry><script>match None:\n    case {name}:\n        n = 2</script></onentry>
+      </state>""")
+    assert dict(pos.datamodel) == {"n": 2}
+    assert sb.Position.from_bytes(pos.to_bytes(), pos.chart).datamodel == {"n": 2}
+
+
+@pytest.mark.parametrize("name", ["_sessionid", "_name"])
+def test_a_script_rebinding_sessionid_or_name_unread_is_still_rolled_back(name):
+    # the two are bound only for charts that read them, and still checked for every script
+    pos, _ = run(f"""<datamodel><data id="n" expr="1"/></datamodel>
+      <state id="a"><onentry><script>match None:\n    case {name}:\n        n = 2</script></onentry>
+      <transition event="error.execution" target="failed"/></state><state id="failed"/>""")
+    assert pos.configuration == {"failed"}
+    assert dict(pos.datamodel) == {"n": 1}
+
+
 @pytest.mark.parametrize("name", ["_sessionid", "_event", "_name", "_ioprocessors"])
 def test_assign_to_system_variable_is_error_execution(name):
     pos, _ = run(f"""<datamodel><data id="after" expr="0"/><data id="seen" expr="None"/></datamodel>

@@ -20,6 +20,7 @@ What this module proves, each with a chart small enough to read:
 
 from __future__ import annotations
 
+import gc
 import re
 
 import pytest
@@ -732,6 +733,41 @@ def test_in_place_mutation_to_unstorable_value_is_error_execution():
     new, _ = it.drive(pos, "go")
     assert new.configuration == {"failed"}
     assert new.datamodel["xs"] == []
+
+
+def _spoiler(again: str) -> sb.Interpreter:
+    """``go`` spoils ``xs`` in place; each error.execution spoils it again while ``again`` holds."""
+    _, it = machine('<datamodel><data id="xs" expr="[7]"/><data id="k" expr="0"/></datamodel><state id="a">'
+                    '<transition event="go"><log expr="xs.append({1})"/></transition>'
+                    f'<transition event="error.execution" cond="{again}"><assign location="k" expr="k + 1"/>'
+                    '<log expr="xs.append({2})"/></transition></state>')
+    return it
+
+
+def test_restoring_an_unstorable_variable_leaves_no_reference_cycle():
+    # a kept exception would hold the drive's frames, its machine and its context in a
+    # cycle: alive until the collector runs (an ecmascript context keeps its realm meanwhile);
+    # the spoiling error transition makes the commit retry and fail a second time
+    it = _spoiler("k == 0")
+    pos, _ = it.start()
+    gc.collect()
+    gc.disable()
+    try:
+        new, _ = it.drive(pos, "go")
+        assert gc.collect() == 0
+    finally:
+        gc.enable()
+    assert dict(new.datamodel) == {"xs": [7], "k": 1}
+
+
+def test_a_chart_that_keeps_spoiling_a_variable_commits_it_as_it_was():
+    # after the commit's last retry the variable keeps its value from before the drive
+    # (the rest as the drive left them), and the drive still returns
+    it = _spoiler("True")
+    pos, _ = it.start()
+    new, effects = it.drive(pos, "go")
+    assert dict(new.datamodel) == {"xs": [7], "k": 8}
+    assert sum(1 for e in effects if isinstance(e, Log) and e.label == "error.execution") == 8
 
 
 # A property: on random flat/nested charts without content, the fast path and the general

@@ -137,6 +137,10 @@ def unpack_vars(blob: bytes) -> dict[str, Any]:
 _SCALARS = (str, float, bool, type(None), bytes)
 #: msgpack's plain scalar types: what the python datamodel stores as is.
 _PY_SCALARS = frozenset({*_SCALARS, int})
+#: What :func:`check_serializable` passes without an encode: these types, and ints in msgpack's range.
+_PLAIN = frozenset(_SCALARS)
+_INT_MIN = -(1 << 63)
+_INT_END = 1 << 64
 
 
 def check_serializable(value: Any, what: str = "value") -> None:
@@ -144,7 +148,7 @@ def check_serializable(value: Any, what: str = "value") -> None:
     t = type(value)
     # Most assignments store a scalar: skip the encode. (A str with a lone surrogate still
     # fails at the end of the drive, where the interpreter turns it into error.execution.)
-    if t in _SCALARS or (t is int and -(1 << 63) <= value < (1 << 64)):
+    if t in _PLAIN or (t is int and _INT_MIN <= value < _INT_END):
         return
     try:
         _roundtrip(value)

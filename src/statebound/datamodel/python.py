@@ -24,7 +24,7 @@ from typing import Any
 
 from ..chart.model import Chart, Expr
 from ..exceptions import EvaluationError
-from .base import SYSTEM_VARIABLES, EventView, check_serializable
+from .base import _INT_END, _INT_MIN, _PLAIN, SYSTEM_VARIABLES, EventView, check_serializable
 from .budget import Budget
 
 __all__ = ["PythonDatamodel", "SAFE_BUILTINS"]
@@ -290,6 +290,10 @@ class PythonDatamodel:
         #: the others need not be bound: building ``_event`` and ``_ioprocessors`` for every
         #: drive is most of a small chart's datamodel cost.
         self.uses: frozenset[str] = frozenset(names & SYSTEM_VARIABLES)
+        #: the names a context binds besides the variables (what :meth:`PythonContext.variables` drops)
+        self.bound: tuple[str, ...] = ("__builtins__", _TICK,
+                                       *(n for n in ("_sessionid", "_name", "_ioprocessors", "In", "_event")
+                                         if n in self.uses))
         self._eval = [_evaluator(e, c) for e, c in zip(chart.expressions, self.code, strict=True)]
         self._cond = [_condition(e, c) for e, c in zip(chart.expressions, self.code, strict=True)]
         self._assign = [_assigner(e, c) for e, c in zip(chart.expressions, self.code, strict=True)]
@@ -422,7 +426,9 @@ def _assignment(loc: Expr, lc: Any, e: Expr, c: Any) -> Callable[[PythonContext]
             raise _failure(src, exc) from None
         if root not in ns:
             raise EvaluationError(undeclared)
-        check_serializable(value, what)
+        t = type(value)  # check_serializable's own first test, inline: most values are scalars
+        if (t is not int or not _INT_MIN <= value < _INT_END) and t not in _PLAIN:
+            check_serializable(value, what)
         ns[root] = value
     return assign
 
@@ -446,7 +452,9 @@ def _assigner(e: Expr, c: Any) -> Callable[[PythonContext, Any], None]:
             ns = ctx.ns
             if root not in ns:
                 raise EvaluationError(undeclared)
-            check_serializable(value, what)
+            t = type(value)  # as in _assignment
+            if (t is not int or not _INT_MIN <= value < _INT_END) and t not in _PLAIN:
+                check_serializable(value, what)
             ns[root] = value
         return assign_name
 
@@ -476,20 +484,25 @@ class PythonContext:
     Only the system variables the chart names are bound (see :attr:`PythonDatamodel.uses`).
     """
 
-    __slots__ = ("_budget", "_dm", "ns")
+    __slots__ = ("_budget", "_dm", "_name", "_sessionid", "ns")
 
     def __init__(self, dm: PythonDatamodel, variables: dict[str, Any], session_id: str, name: str,
                  ioprocessors: Mapping[str, Any], in_state: Callable[[str], bool],
                  budget: Budget | None = None) -> None:
         self._dm = dm
         self._budget = budget
+        # what a <script> may not rebind, bound in the namespace only when some code reads it
+        self._sessionid = session_id
+        self._name = name
         uses = dm.uses
         ns = variables
         ns["__builtins__"] = SAFE_BUILTINS
         ns[_TICK] = _no_tick if budget is None else budget.tick
-        ns["_sessionid"] = session_id
-        ns["_name"] = name
         if uses:
+            if "_sessionid" in uses:
+                ns["_sessionid"] = session_id
+            if "_name" in uses:
+                ns["_name"] = name
             if "_ioprocessors" in uses:
                 ns["_ioprocessors"] = ioprocessors
             if "In" in uses:
@@ -556,7 +569,8 @@ class PythonContext:
         # what the system variables held before the script is what they were bound to: an
         # <assign> cannot change them, and a script that did was rolled back
         problem = None
-        if ns.get("_sessionid") != before.get("_sessionid") or ns.get("_name") != before.get("_name") \
+        if ns.get("_sessionid", self._sessionid) != before.get("_sessionid", self._sessionid) \
+                or ns.get("_name", self._name) != before.get("_name", self._name) \
                 or ns.get("_ioprocessors") is not before.get("_ioprocessors") \
                 or ns.get("In") is not before.get("In") or ns.get("_event") is not before.get("_event"):
             problem = "<script> may not assign system variables"
@@ -582,5 +596,9 @@ class PythonContext:
 
     def variables(self) -> dict[str, Any]:
         """The variables, system names removed."""
-        ns = self.ns
-        return {k: v for k, v in ns.items() if k not in SYSTEM_VARIABLES and k != "__builtins__" and k != _TICK}
+        out = self.ns.copy()
+        for k in self._dm.bound:  # what __init__ bound: a copy and a few pops beat a filtering pass
+            out.pop(k, None)
+        if not SYSTEM_VARIABLES.isdisjoint(out):  # a system name the chart never reads, bound by a script
+            out = {k: v for k, v in out.items() if k not in SYSTEM_VARIABLES}
+        return out

@@ -132,11 +132,8 @@ class Machine(ContentMixin):
         self.round_no = 0
         self.final_config: tuple[int, ...] | None = None
         self.cancelled = False
-        cache = chart._caches.get("algo")
-        if cache is None:
-            cache = chart._caches["algo"] = {"select": {}, "conflict": {}, "plan": {}, "entry": {}, "eventless": {}}
-        self.cache: dict[str, dict[Any, Any]] = cache
-        self.late = chart.binding == "late"
+        self.cache: dict[str, dict[Any, Any]] = prog.algo
+        self.late: bool = prog.late
         self.ordinal_at_microstep = self.ordinal
         self.current_event: str | None = None
         self.current_sendid: str | None = None
@@ -176,12 +173,15 @@ class Machine(ContentMixin):
 
     def process_external(self, event: Event) -> None:
         """``mainEventLoop`` from the dequeue of an external event to the end of its macrostep."""
-        if event.is_cancel:  # Appendix D: isCancelEvent -> running = false, then exitInterpreter
+        # Appendix D: isCancelEvent -> running = false, then exitInterpreter (the cancel
+        # event is a platform event: the type test spares the property call for the rest)
+        if event.type == "platform" and event.is_cancel:
             self.running = False
             self.cancelled = True
             self.exit_interpreter()
             return
-        self.ctx.set_event(event)
+        if self.prog.reads_event:
+            self.ctx.set_event(event)
         self.current_event = event.name
         self.current_sendid = event.sendid
         for inv in self.invocations:
@@ -205,7 +205,8 @@ class Machine(ContentMixin):
                     if not self.internal:
                         break
                     ev = self.internal.popleft()
-                    self.ctx.set_event(ev)
+                    if self.prog.reads_event:
+                        self.ctx.set_event(ev)
                     self.current_event = ev.name
                     self.current_sendid = ev.sendid
                     enabled = self.select_transitions(ev)
@@ -246,7 +247,9 @@ class Machine(ContentMixin):
     # ------------------------------------------------------------------ selection
     def select_eventless_transitions(self) -> list[Transition]:
         """``selectEventlessTransitions``."""
-        key = self.config_key()
+        key = self._key
+        if key is None:
+            key = self.config_key()
         chains = self.cache["eventless"].get(key)
         if chains is None:
             chains = self._chains(key, None)
@@ -257,7 +260,10 @@ class Machine(ContentMixin):
 
     def select_transitions(self, event: Event) -> list[Transition]:
         """``selectTransitions`` for an event (internal or external)."""
-        key = (self.config_key(), event.name)
+        config = self._key
+        if config is None:
+            config = self.config_key()
+        key = (config, event.name)
         chains = self.cache["select"].get(key)
         if chains is None:
             chains = self._chains(key[0], event.name)
@@ -292,9 +298,11 @@ class Machine(ContentMixin):
 
     def _pick(self, chains: tuple[tuple[Transition, ...], ...]) -> list[Transition]:
         enabled: list[Transition] = []
+        conds = self.prog.cond
         for chain in chains:
             for t in chain:
-                if t.cond is None or self.condition_match(t):
+                cond = conds[t.index]
+                if cond is None or self.condition_match(t, cond):
                     # an ancestor's transition can be picked for two atomic states: once is enough
                     for e in enabled:
                         if e is t:
@@ -308,7 +316,10 @@ class Machine(ContentMixin):
 
     def remove_conflicting_transitions(self, enabled: list[Transition]) -> list[Transition]:
         """``removeConflictingTransitions``: optimal enabled set, document-order priority."""
-        key = (self.config_key(), tuple(t.index for t in enabled))
+        config = self._key
+        if config is None:
+            config = self.config_key()
+        key = (config, tuple([t.index for t in enabled]))
         cached = self.cache["conflict"].get(key)
         if cached is not None:
             return list(cached)
@@ -340,9 +351,14 @@ class Machine(ContentMixin):
         self.microstep_no += 1
         if self.microstep_no + self.idle_no > self.max_rounds:
             raise OutOfRounds()
-        self.check_items()
+        # check_items(), inline: the tick and the bound are all it does on a drive's hot path
+        self.ticks -= 1
+        if self.ticks <= 0 or len(self.internal) + len(self.effects) > self.max_items:
+            self.ticks += 1
+            self.check_items()
         self.ordinal_at_microstep = self.ordinal
-        tkey = tuple([t.index for t in enabled])
+        # the key of the transition set (most microsteps take one transition: no comprehension)
+        tkey = (enabled[0].index,) if len(enabled) == 1 else tuple([t.index for t in enabled])
         self.exit_states(enabled, tkey)
         self.execute_transition_content(enabled)
         self.enter_states(enabled, tkey)
@@ -392,7 +408,9 @@ class Machine(ContentMixin):
 
     def exit_states(self, enabled: list[Transition], tkey: tuple[int, ...] | None = None) -> None:
         """``exitStates``: record history, run onexit, cancel invokes, leave the configuration."""
-        to_exit, records_history, busy = self._exit_plan(enabled, tkey)
+        key = self._key
+        plan = None if key is None or tkey is None else self.cache["plan"].get((key, tkey))
+        to_exit, records_history, busy = self._exit_plan(enabled, tkey) if plan is None else plan
         if not to_exit:
             return
         self._key = None
@@ -450,7 +468,8 @@ class Machine(ContentMixin):
 
     def enter_states(self, enabled: list[Transition], tkey: tuple[int, ...] | None = None) -> None:
         """``enterStates``: enter in entry order, run onentry, raise ``done.state.*``."""
-        to_enter, default_entry, default_history, busy = self._entry_plan(enabled, tkey)
+        plan = None if tkey is None else self.cache["entry"].get(tkey)
+        to_enter, default_entry, default_history, busy = self._entry_plan(enabled, tkey) if plan is None else plan
         if not busy:
             self.config.update(to_enter)  # nothing to run: joining is all there is
             self._key = None

@@ -125,10 +125,13 @@ class ContentMixin:
         self.internal.append(Event(name, {"message": message}, "platform", sendid))
         self.effects.append(Log(label=name, value=message, **self.stamp()))
 
-    def condition_match(self, t: Any) -> bool:
-        """``conditionMatch``: a failing condition is false and raises ``error.execution``."""
+    def condition_match(self, t: Any, cond: Any = None) -> bool:
+        """``conditionMatch``: a failing condition is false and raises ``error.execution``.
+
+        :param cond: ``t``'s compiled condition, when the caller has it at hand.
+        """
         try:
-            return self.prog.cond[t.index](self.ctx)
+            return (self.prog.cond[t.index] if cond is None else cond)(self.ctx)
         except EvaluationError as exc:
             self.raise_error("error.execution", str(exc))
             return False

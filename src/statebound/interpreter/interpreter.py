@@ -216,19 +216,18 @@ class Interpreter:
                 raise InvalidEvent("an event needs a non-empty name")
             ev = None
             name = event
-            static = not position.timeouts and \
+            static = self._static_path and not position.timeouts and \
                 (not position.invocations or not any(i.autoforward for i in position.invocations))
         else:
             ev = _as_event(event)
             name = ev.name
-            static = not ev.is_cancel and not position.timeouts and \
+            static = self._static_path and not ev.is_cancel and not position.timeouts and \
                 (not position.invocations or self._quiet_invocations(position, ev))
         if static:
-            # with static_path=False nothing is ever planned, so this lookup never answers
             fast = self._static.get((position.states, name), _UNKNOWN)
             if type(fast) is tuple:
                 return advance(position, fast), ()
-            if fast is _UNKNOWN and self._static_path:
+            if fast is _UNKNOWN:
                 fast, budget = self._static_lookup(position.states, name, budget)
                 if type(fast) is tuple:
                     return advance(position, fast), ()
@@ -237,7 +236,7 @@ class Interpreter:
                 if done is not None:
                     return done
         if ev is None:
-            ev = self._named(name)
+            ev = self._events.get(name) or self._named(name)
         if budget is not None or self._loops:
             budget = self._budget(budget)
         m = self._machine(position, None, caller_context, macrostep=position.macrostep + 1, budget=budget)
@@ -392,31 +391,47 @@ class Interpreter:
         """
         if m.ctx is _INERT:
             return before_blob
+        variables = m.ctx.variables()
+        try:
+            return pack_vars(variables)
+        except SerializationError as exc:
+            # the message only: an exception kept past its handler would keep this frame,
+            # the machine and its context alive in a cycle (a QuickJS realm stays lent)
+            failure = str(exc)
+        return self._restore_unstorable(m, before, before_blob, variables, failure)
+
+    def _restore_unstorable(self, m: Machine, before: dict[str, Any] | None, before_blob: bytes,
+                            variables: dict[str, Any], failure: str) -> bytes:
+        """The rest of :meth:`_settle_data`, once ``variables`` failed to encode (``failure`` says why)."""
         original: dict[str, Any] = {}
         forced: dict[str, Any] = {}  # put back by the commit: the chart made the variable unwritable
         dropped: set[str] = set()    # names that cannot be stored at all (a lone surrogate)
-        for _ in range(8):
-            variables = _settled(m.ctx.variables(), forced, dropped)
-            try:
-                return pack_vars(variables)
-            except SerializationError as exc:
-                original = before if before is not None else unpack_vars(before_blob)
-                for k, v in variables.items():
-                    if _storable(k, v):
-                        continue
-                    if not _storable(k, None):
-                        dropped.add(k)
-                        continue
-                    try:
-                        m.ctx.declare(k, original.get(k))
-                    except EvaluationError:
-                        forced[k] = original.get(k)
-                if not m.running:
+        for attempt in range(8):
+            if attempt:
+                variables = _settled(m.ctx.variables(), forced, dropped)
+                try:
+                    return pack_vars(variables)
+                except SerializationError as exc:
+                    failure = str(exc)
+            original = before if before is not None else unpack_vars(before_blob)
+            for k, v in variables.items():
+                if _storable(k, v):
                     continue
-                m.raise_error("error.execution", f"{exc}; the variable was restored")
-                m.macrostep()
+                if not _storable(k, None):
+                    dropped.add(k)
+                    continue
+                try:
+                    m.ctx.declare(k, original.get(k))
+                except EvaluationError:
+                    forced[k] = original.get(k)
+            if not m.running:
+                continue
+            m.raise_error("error.execution", f"{failure}; the variable was restored")
+            m.macrostep()
         # A chart that keeps making values unstorable (a polluted prototype...): store what can
-        # be stored, and the value before the drive of every other variable.
+        # be stored, and the value before the drive of every other variable, decoded afresh:
+        # the values of `original` were handed to the chart, which may have spoiled them too.
+        original = before if before is not None else unpack_vars(before_blob)
         keep: dict[str, Any] = {}
         for k, v in _settled(m.ctx.variables(), forced, dropped).items():
             if _storable(k, v):

@@ -45,8 +45,8 @@ class Program:
     :ivar cond: per transition index, its compiled condition or ``None``.
     """
 
-    __slots__ = ("_assigner", "_assignment", "_blocks", "_condition", "_evaluator", "_repeats", "cond", "content",
-                 "onentry", "onexit")
+    __slots__ = ("_assigner", "_assignment", "_blocks", "_condition", "_evaluator", "_repeats", "algo", "cond",
+                 "content", "late", "onentry", "onexit", "reads_event")
 
     def __init__(self, chart: Chart, dm: Any) -> None:
         self._evaluator: Callable[[Expr], Callable[[Any], Any]] = getattr(dm, "evaluator", None) or _ctx_evaluator
@@ -61,6 +61,14 @@ class Program:
         self.onexit = tuple(tuple(self.block(b) for b in s.onexit) for s in chart.states)
         self.content = tuple(self.block(t.content) for t in chart.transitions)
         self.cond = tuple(None if t.cond is None else self._condition(t.cond) for t in chart.transitions)
+        uses = getattr(dm, "uses", None)
+        #: whether any expression can read ``_event`` (else binding it per event is wasted work)
+        self.reads_event: bool = uses is None or "_event" in uses
+        #: late data binding: states initialise their ``<data>`` on first entry
+        self.late: bool = chart.binding == "late"
+        #: the algorithm's per-chart caches (see :class:`~statebound.interpreter.algorithm.Machine`)
+        self.algo: dict[str, dict[Any, Any]] = chart._caches.setdefault(
+            "algo", {"select": {}, "conflict": {}, "plan": {}, "entry": {}, "eventless": {}})
 
     def block(self, block: Block) -> CBlock:
         """The compiled form of ``block`` (a block of this program's chart)."""
