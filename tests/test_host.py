@@ -15,6 +15,7 @@ from urllib.parse import unquote
 import pytest
 
 import statebound as sb
+import statebound.host.host as host_mod
 from statebound.host.store import DEAD, DONE, PENDING
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -810,3 +811,14 @@ def test_the_basic_http_location_quotes_the_id_in_one_path_segment(instance_id):
     segment = loc[len(prefix):-len(suffix)]
     assert "/" not in segment and "?" not in segment and "#" not in segment and " " not in segment
     assert unquote(segment) == instance_id
+
+
+def test_a_kept_basic_http_location_follows_a_changed_base(monkeypatch):
+    host = sb.Host(http_base="http://a.example")
+    assert host.http_location("o-1") == "http://a.example/instances/o-1/events"
+    host.http_base = "http://b.example"                       # a caller may move the host
+    assert host.http_location("o-1") == "http://b.example/instances/o-1/events"
+    monkeypatch.setattr(host_mod, "_LOCATIONS_KEPT", 2)      # bounded: emptied when full
+    for i in range(5):
+        assert host.http_location(f"x{i}").endswith(f"/instances/x{i}/events")
+    assert len(host._locations) <= 2

@@ -43,14 +43,15 @@ class DecodedPositions:
         #: the bytes kept now: every kept blob and its position's datamodel
         self.nbytes = 0
         self._lock = threading.Lock()
-        self._table: dict[str, tuple[bytes, Position]] = {}
+        #: instance id -> (blob, position, the bytes both count for)
+        self._table: dict[str, tuple[bytes, Position, int]] = {}
 
     def get(self, instance_id: str, blob: bytes, chart: Chart) -> Position | None:
         """The kept position whose blob is exactly ``blob`` on ``chart``, else ``None``."""
         hit = self._table.get(instance_id)
         if hit is None:
             return None
-        kept_blob, pos = hit
+        kept_blob, pos, _cost = hit
         if pos.chart is not chart or (kept_blob is not blob and kept_blob != blob):
             return None
         return pos
@@ -63,11 +64,10 @@ class DecodedPositions:
         with self._lock:
             old = table.pop(instance_id, None)   # re-inserted last: the dict's order is the recency
             if old is not None:
-                self.nbytes -= len(old[0]) + len(old[1].data)
+                self.nbytes -= old[2]
             if cost > self.max_bytes:
                 return
-            table[instance_id] = (blob, pos)
+            table[instance_id] = (blob, pos, cost)
             self.nbytes += cost
             while len(table) > self.size or self.nbytes > self.max_bytes:
-                gone = table.pop(next(iter(table)))
-                self.nbytes -= len(gone[0]) + len(gone[1].data)
+                self.nbytes -= table.pop(next(iter(table)))[2]

@@ -163,6 +163,7 @@ class Host:
         self.on_log = on_log
         self.node_id = node_id or "host"
         self.http_base = http_base.rstrip("/") if http_base else None
+        self._locations: dict[str, tuple[str | None, str]] = {}
         if outbox_lease_ms < 0 or idempotency_retention < 1 or max_batch < 1:
             raise ValueError("outbox_lease_ms must be >= 0, idempotency_retention and max_batch >= 1")
         self.max_batch = max_batch
@@ -217,6 +218,9 @@ class Host:
 
     def _chart_for_blob(self, name: str, blob: bytes) -> Chart:
         """The registered revision of chart ``name`` that this blob was written for."""
+        revisions = self._revisions.get(name)
+        if revisions is not None and len(revisions) == 1:   # every load asks: the common case first
+            return self._charts[name]
         latest = self.chart(name)
         revisions = self._revisions.get(name, {})
         if len(revisions) > 1:
@@ -637,7 +641,16 @@ class Host:
 
     def http_location(self, instance_id: str) -> str:
         """The Basic HTTP location of an instance (``POST`` events there)."""
-        return f"{self.http_base}/instances/{_location_id(instance_id)}/events"
+        # Every load offers it: kept per instance (with the base it was made from, which a
+        # caller may change), in a table emptied when full.
+        kept = self._locations.get(instance_id)
+        if kept is not None and kept[0] == self.http_base:
+            return kept[1]
+        loc = f"{self.http_base}/instances/{_location_id(instance_id)}/events"
+        if len(self._locations) >= _LOCATIONS_KEPT:
+            self._locations.clear()
+        self._locations[instance_id] = (self.http_base, loc)
+        return loc
 
     # ------------------------------------------------------------------ seams between the jobs
     # The unit closures, the outbox, routing and children reach each other through these,
@@ -651,6 +664,9 @@ class Host:
     def _apply(self, u: _Unit, iid: str, effects: tuple[Any, ...], ctx: Any) -> None:
         delivery.apply(self, u, iid, effects, ctx)
 
+
+#: how many instances' Basic HTTP locations a host keeps
+_LOCATIONS_KEPT = 4096
 
 #: ids that quote() leaves as they are (RFC 3986 unreserved characters)
 _UNRESERVED = re.compile(r"[A-Za-z0-9_.~-]+").fullmatch
