@@ -34,7 +34,6 @@ import random
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import replace
-from functools import lru_cache
 from typing import Any
 from urllib.parse import quote
 
@@ -672,15 +671,9 @@ _LOCATIONS_KEPT = 4096
 _UNRESERVED = re.compile(r"[A-Za-z0-9_.~-]+").fullmatch
 
 
-@lru_cache(maxsize=4096)
-def _quoted(instance_id: str) -> str:
-    # Every load offers the instance its Basic HTTP location, and quote() costs more than
-    # the rest of building the offer: plain ids skip it, other hot ones are kept.
-    return quote(instance_id, safe="")
-
-
 def _location_id(instance_id: str) -> str:
-    return instance_id if _UNRESERVED(instance_id) else _quoted(instance_id)
+    # plain ids skip quote(); Host.http_location keeps the result for the hot ones
+    return instance_id if _UNRESERVED(instance_id) else quote(instance_id, safe="")
 
 
 def _batch_item(index: int, item: Any) -> tuple[str, Any, Any, Any]:
