@@ -38,7 +38,7 @@ A store without ``commit_many`` (a wrapper, an older backend) gets one commit pe
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -46,7 +46,8 @@ from .._fastinit import fast_init
 from ..exceptions import ConflictError, StateboundError
 from ..interpreter import Position
 from . import firing, runner
-from .store import Commit, PositionRecord, TimerCompletion, TimerRow, commit_instance_ids
+from ..events import Event
+from .store import TIMER, Commit, PositionRecord, TimerCompletion, TimerKey, TimerRow, commit_instance_ids
 from .unit import FireResult, Unit
 
 if TYPE_CHECKING:
@@ -92,11 +93,27 @@ class SendResult:
 
 
 class Job:
-    """One item of a batch. ``unit`` is ``None`` for an item that only runs alone."""
+    """One item of a batch: :meth:`unit` runs it in a group, :meth:`alone` on its own;
+    an item with ``grouped`` false only ever runs alone.
+
+    Slotted, and its unit a method rather than a closure kept beside it: a batch holds
+    every job until it returns, and each closure (its cells, its tuple) or instance
+    ``__dict__`` would be that many more objects for the cycle collector to walk.
+    """
+
+    __slots__ = ("grouped", "ids")
 
     #: the instances the item is addressed to, known before it runs
-    ids: tuple[str, ...] = ()
-    unit: Callable[[Unit], Any] | None = None
+    ids: tuple[str, ...]
+    grouped: bool
+
+    def __init__(self, ids: tuple[str, ...] = (), grouped: bool = False) -> None:
+        self.ids = ids
+        self.grouped = grouped
+
+    def unit(self, u: Unit) -> Any:
+        """The item's unit of work (``runner.py``), run in a group when ``grouped``."""
+        raise NotImplementedError
 
     def completion(self, result: Any) -> TimerCompletion | None:
         """The row completion the unit's commit carries, if any."""
@@ -117,13 +134,19 @@ class Job:
 
 
 class SendJob(Job):
-    """An item of ``send_many``."""
+    """An item of ``send_many``: the event as ``host.send`` would deliver it."""
+
+    __slots__ = ("caller_context", "event", "fingerprint", "host", "index", "key", "results")
 
     def __init__(self, host: Host, results: list[SendResult | None], index: int, instance_id: str,
-                 unit: Callable[[Unit], Position]) -> None:
+                 event: Event, key: str | None, fingerprint: bytes, caller_context: Any) -> None:
         self.host, self.results, self.index = host, results, index
         self.ids = (instance_id,)
-        self.unit = unit
+        self.grouped = True
+        self.event, self.key, self.fingerprint, self.caller_context = event, key, fingerprint, caller_context
+
+    def unit(self, u: Unit) -> Position:
+        return self.host._send_step(u, self.ids[0], self.event, self.key, self.fingerprint, self.caller_context)
 
     def done(self, result: Any) -> None:
         self.results[self.index] = SendResult(self.index, self.ids[0], result)
@@ -132,7 +155,6 @@ class SendJob(Job):
         self.results[self.index] = SendResult(self.index, self.ids[0], None, exc)
 
     def alone(self) -> None:
-        assert self.unit is not None
         try:
             self.done(runner.run(self.host, self.unit))
         except Exception as exc:  # the item's own error, reported in its slot
@@ -142,11 +164,16 @@ class SendJob(Job):
 class FireJob(Job):
     """A claimed row of ``fire_many``: a timer runs in the group, an outbox row alone."""
 
+    __slots__ = ("host", "index", "lag", "node", "results", "row")
+
     def __init__(self, host: Host, results: list[FireResult | None], index: int, row: TimerRow, node: str) -> None:
         self.host, self.results, self.index, self.row, self.node = host, results, index, row, node
         self.lag = max(0, host.clock.now_ms() - row.ready_at_ms)
         self.ids = (row.instance_id,) if row.target_id == row.instance_id else (row.instance_id, row.target_id)
-        self.unit = firing.fire_unit(host, row)
+        self.grouped = row.kind == TIMER
+
+    def unit(self, u: Unit) -> tuple[str, str | None]:
+        return firing.fire_step(self.host, self.row, u)
 
     def completion(self, result: Any) -> TimerCompletion | None:
         return firing.fire_completion(self.row, self.node, result)
@@ -186,7 +213,9 @@ class GroupCommit:
         while i < len(jobs):
             window = jobs[i:i + h.max_batch]
             self._prefetch(window, cache)
-            group: list[tuple[Job, Unit, Any, Commit]] = []
+            # a unit's outbox rows to hand over are all the group keeps of it: the unit itself
+            # (a dozen containers) is freed as soon as its commit is built
+            group: list[tuple[Job, set[TimerKey], Any, Commit]] = []
             touched: set[str] = set()
             # what the group adds to host.metrics, added once for all its units (the
             # counters take a lock): the units' drives, then the commits and outcomes
@@ -194,7 +223,7 @@ class GroupCommit:
             for job in window:
                 if not touched.isdisjoint(job.ids):
                     break               # the group commits first; this job then sees its writes
-                if job.unit is None:
+                if not job.grouped:
                     job.alone()
                     for iid in job.ids:
                         cache.pop(iid, None)
@@ -214,7 +243,7 @@ class GroupCommit:
                 if not touched.isdisjoint(mine):
                     break               # routed into the group's instances: run it again after
                 touched |= mine
-                group.append((job, u, result, commit))
+                group.append((job, u.deliver, result, commit))
                 i += 1
             self._flush(group, commit_many, counts)
             if counts:
@@ -226,7 +255,7 @@ class GroupCommit:
         load_many = getattr(self.host.store, "load_many", None)
         if load_many is None:
             return
-        want = list(dict.fromkeys(iid for job in window if job.unit is not None for iid in job.ids
+        want = list(dict.fromkeys(iid for job in window if job.grouped for iid in job.ids
                                   if iid not in cache))
         if not want:
             return
@@ -238,7 +267,8 @@ class GroupCommit:
         for iid in want:
             cache[iid] = found.get(iid)
 
-    def _flush(self, group: list[tuple[Job, Unit, Any, Commit]], commit_many: Any, tally: dict[str, int]) -> None:
+    def _flush(self, group: list[tuple[Job, set[TimerKey], Any, Commit]], commit_many: Any,
+               tally: dict[str, int]) -> None:
         if not group:
             return
         h = self.host
@@ -256,11 +286,11 @@ class GroupCommit:
             tally["group_commits"] = 1
         deliver: list[TimerRow] = []
         landed = 0
-        for (job, u, result, commit), err in zip(group, outcomes, strict=True):
+        for (job, handover, result, commit), err in zip(group, outcomes, strict=True):
             if err is None:
                 if not commit.empty:
                     landed += 1
-                deliver.extend(runner.landed(h, u, commit))
+                deliver.extend(runner.landed(h, handover, commit))
                 job.done(result)
                 name = job.outcome(result)
                 if name is not None:

@@ -24,7 +24,7 @@ from .unit import FireResult, Unit
 if TYPE_CHECKING:
     from .host import Host
 
-__all__ = ["fire_unit", "fire_completion", "fire_failed", "release", "count"]
+__all__ = ["fire_unit", "fire_step", "fire_completion", "fire_failed", "release", "count"]
 
 log = logging.getLogger("statebound")
 
@@ -36,36 +36,41 @@ def fire_unit(h: Host, row: TimerRow) -> Any:
         return None
 
     def unit(u: Unit) -> tuple[str, str | None]:
-        u.protected = row.key
-        u.call = {"op": "fire", "instance": row.target_id, "timer": [row.instance_id, row.ordinal],
-                  "caller_context": row.caller_context}
-        sched = load(h, u, row.instance_id)
-        target = sched if row.target_id == row.instance_id else load(h, u, row.target_id)
-        outcome, reason = "fired", None
-        if sched is not None:
-            drop_ref(sched, row.ordinal)
-        if target is None or target.position is None:
-            outcome, reason = "discarded", f"instance {row.target_id!r} not found"
-        elif target.position.status != RUNNING:
-            outcome, reason = "discarded", f"instance {row.target_id!r} is {target.position.status}"
-        elif sched is None or sched.position is None:
-            outcome, reason = "discarded", f"scheduling instance {row.instance_id!r} not found"
-        elif sched.position.status != RUNNING and row.target_id != row.instance_id:
-            outcome, reason = "discarded", f"scheduling instance {row.instance_id!r} is {sched.position.status}"
-        elif row.name is not None and not any(
-                t.name == row.name and t.ordinal == row.ordinal for t in sched.position.timeouts):
-            outcome, reason = "stale", f"timeout {row.name!r} was re-armed or cancelled since ordinal {row.ordinal}"
-        elif sched.suspended:
-            # claimed before the suspend parked it: park it now, in place, name and all
-            sched.refs.append(TimerRef(row.ordinal, row.send_id, row.name))
-            sched.dirty = True   # the position write makes this conditional on the suspend
-            u.puts[row.key] = replace(row, state=SUSPENDED, claimed_by=None, claim_expires_ms=None)
-            outcome, reason = "parked", f"instance {row.instance_id!r} is suspended"
-        else:
-            u.queue.append((row.target_id, Event.from_dict(row.event), row.caller_context))
-            h._drain(u)
-        return outcome, reason
+        return fire_step(h, row, u)
     return unit
+
+
+def fire_step(h: Host, row: TimerRow, u: Unit) -> tuple[str, str | None]:
+    """The body of :func:`fire_unit`'s unit, for a timer row: ``(outcome, reason)``."""
+    u.protected = row.key
+    u.call = {"op": "fire", "instance": row.target_id, "timer": [row.instance_id, row.ordinal],
+              "caller_context": row.caller_context}
+    sched = load(h, u, row.instance_id)
+    target = sched if row.target_id == row.instance_id else load(h, u, row.target_id)
+    outcome, reason = "fired", None
+    if sched is not None:
+        drop_ref(sched, row.ordinal)
+    if target is None or target.position is None:
+        outcome, reason = "discarded", f"instance {row.target_id!r} not found"
+    elif target.position.status != RUNNING:
+        outcome, reason = "discarded", f"instance {row.target_id!r} is {target.position.status}"
+    elif sched is None or sched.position is None:
+        outcome, reason = "discarded", f"scheduling instance {row.instance_id!r} not found"
+    elif sched.position.status != RUNNING and row.target_id != row.instance_id:
+        outcome, reason = "discarded", f"scheduling instance {row.instance_id!r} is {sched.position.status}"
+    elif row.name is not None and not any(
+            t.name == row.name and t.ordinal == row.ordinal for t in sched.position.timeouts):
+        outcome, reason = "stale", f"timeout {row.name!r} was re-armed or cancelled since ordinal {row.ordinal}"
+    elif sched.suspended:
+        # claimed before the suspend parked it: park it now, in place, name and all
+        sched.refs.append(TimerRef(row.ordinal, row.send_id, row.name))
+        sched.dirty = True   # the position write makes this conditional on the suspend
+        u.puts[row.key] = replace(row, state=SUSPENDED, claimed_by=None, claim_expires_ms=None)
+        outcome, reason = "parked", f"instance {row.instance_id!r} is suspended"
+    else:
+        u.queue.append((row.target_id, Event.from_dict(row.event), row.caller_context))
+        h._drain(u)
+    return outcome, reason
 
 
 def fire_completion(row: TimerRow, node: str, result: tuple[str, str | None]) -> TimerCompletion | None:

@@ -360,7 +360,7 @@ class Host:
                 except Exception as exc:  # the item's own error, reported in its slot
                     results[index] = SendResult(index, iid, None, exc)
                 continue
-            jobs.append(SendJob(self, results, index, iid, self._send_unit(iid, ev, key, fingerprint, caller_context)))
+            jobs.append(SendJob(self, results, index, iid, ev, key, fingerprint, caller_context))
         self._group.run(jobs)
         return [r for r in results if r is not None]
 
@@ -383,26 +383,31 @@ class Host:
 
     def _send_unit(self, instance_id: str, ev: Event, key: str | None, fingerprint: bytes,
                    caller_context: Any) -> Any:
-        """The unit of work of one external event (shared by ``send`` and ``send_many``)."""
+        """The unit of work of one external event (``send``; ``send_many`` runs the same step)."""
         def unit(u: _Unit) -> Position:
-            u.call = {"op": "send", "instance": instance_id, "idempotency_key": key, "caller_context": caller_context}
-            e = runner.load(self, u, instance_id)
-            if e is None:
-                raise InstanceNotFound(instance_id)
-            assert e.position is not None
-            if key is not None and self._seen(e, instance_id, key, fingerprint, "event or data"):
-                return runner.result(u, instance_id)
-            if e.position.status != RUNNING:
-                raise NotRunning(f"instance {instance_id!r} is {e.position.status}", e.position.status)
-            if e.suspended:
-                raise InstanceSuspended(instance_id)
-            if key is not None:
-                remember_key(e.keys, KeyRecord(key, fingerprint), self.idempotency_retention)
-                e.dirty = True
-            u.queue.append((instance_id, ev, caller_context))
-            self._drain(u)
-            return runner.result(u, instance_id)
+            return self._send_step(u, instance_id, ev, key, fingerprint, caller_context)
         return unit
+
+    def _send_step(self, u: _Unit, instance_id: str, ev: Event, key: str | None, fingerprint: bytes,
+                   caller_context: Any) -> Position:
+        """The body of :meth:`_send_unit`'s unit."""
+        u.call = {"op": "send", "instance": instance_id, "idempotency_key": key, "caller_context": caller_context}
+        e = runner.load(self, u, instance_id)
+        if e is None:
+            raise InstanceNotFound(instance_id)
+        assert e.position is not None
+        if key is not None and self._seen(e, instance_id, key, fingerprint, "event or data"):
+            return runner.result(u, instance_id)
+        if e.position.status != RUNNING:
+            raise NotRunning(f"instance {instance_id!r} is {e.position.status}", e.position.status)
+        if e.suspended:
+            raise InstanceSuspended(instance_id)
+        if key is not None:
+            remember_key(e.keys, KeyRecord(key, fingerprint), self.idempotency_retention)
+            e.dirty = True
+        u.queue.append((instance_id, ev, caller_context))
+        self._drain(u)
+        return runner.result(u, instance_id)
 
     def _seen(self, e: _Entry, instance_id: str, key: str, fingerprint: bytes, what: str) -> bool:
         """Whether ``key`` was applied already (then the call is a repeat and writes nothing)."""

@@ -73,7 +73,7 @@ def run(h: Host, fn: Any, *, creating: str | None = None, completion: Any = None
                         c.node_id is not None and cur.state == CLAIMED and cur.claimed_by not in (None, c.node_id)):
                     raise AlreadyDone() from None
             continue
-        deliver = landed(h, u, commit)
+        deliver = landed(h, u.deliver, commit)
         if deliver:
             h._outbox.after_commit(deliver)
         return res
@@ -114,14 +114,15 @@ def forget_entries(u: Unit) -> None:
     u.entries.clear()
 
 
-def landed(h: Host, u: Unit, commit: Commit) -> list[TimerRow]:
-    """Unit ``u``'s commit landed: ask the wake-up backend to fire the pending rows it wrote,
-    and return the outbox rows to hand over now (those are not woken: they are handed over)."""
+def landed(h: Host, deliver: set[TimerKey], commit: Commit) -> list[TimerRow]:
+    """A unit's commit landed: ask the wake-up backend to fire the pending rows it wrote,
+    and return the outbox rows to hand over now: ``deliver``, the unit's own
+    (``Unit.deliver``; those are not woken, they are handed over)."""
     if commit.timers_put and h.wakeup is not None:
-        wake(h, ((r.key, r.ready_at_ms) for r in commit.timers_put if r.state == PENDING and r.key not in u.deliver))
-    if not u.deliver:
+        wake(h, ((r.key, r.ready_at_ms) for r in commit.timers_put if r.state == PENDING and r.key not in deliver))
+    if not deliver:
         return []
-    return [r for r in commit.timers_put if r.key in u.deliver]
+    return [r for r in commit.timers_put if r.key in deliver]
 
 
 def wake(h: Host, due: Iterable[tuple[TimerKey, int]]) -> None:
