@@ -456,16 +456,17 @@ def test_cancel_while_claimed_wins_and_late_fire_is_skipped(sq):
 
 @pytest.fixture
 def failing(monkeypatch):
-    """Make every drive of the ``timers`` chart raise, until ``state['on'] = False``."""
+    """Make every drive of the ``timers`` chart raise, until ``state['on'] = False``
+    (the host drives through ``Interpreter.drive_as``)."""
     state = {"on": True, "calls": 0}
-    orig = sb.Interpreter.drive
+    orig = sb.Interpreter.drive_as
 
-    def drive(self, position, event, **kw):
+    def drive_as(self, position, driver, event, **kw):
         if state["on"] and self.chart.name == "timers" and getattr(event, "name", event) == "x":
             state["calls"] += 1
             raise RuntimeError("delivery exploded")
-        return orig(self, position, event, **kw)
-    monkeypatch.setattr(sb.Interpreter, "drive", drive)
+        return orig(self, position, driver, event, **kw)
+    monkeypatch.setattr(sb.Interpreter, "drive_as", drive_as)
     return state
 
 

@@ -51,7 +51,7 @@ def drain(h: Host, u: Unit) -> None:
         if e.steps is not None:
             e.steps.append({"event": ev.to_dict()} if ctx is None else {"event": ev.to_dict(), "context": ctx})
         interp = h._interpreters[e.position.chart.identity]
-        pos, effects = interp.drive(e.position, ev, caller_context=ctx, budget=u.budget)
+        pos, effects = interp.drive_as(e.position, e.driver, ev, caller_context=ctx, budget=u.budget)
         if u.deliveries + u.starts > 1 and pos is e.position and _out_of_budget(effects):
             # Earlier drives of this call spent the budget: this event is not to blame,
             # so it waits (as a row due now) for a call with a budget of its own.

@@ -106,6 +106,12 @@ def route_http(h: Host, iid: str, pos: Position, target: str | None, eff: Any) -
 
 def stamp(h: Host, u: Unit, pos: Position) -> Position:
     """``pos`` with the per-driver fields this host offers it within unit ``u``."""
+    return restamp(pos, *driver(h, u, pos))
+
+
+def driver(h: Host, u: Unit, pos: Position) -> tuple[Any, Any, Any]:
+    """``(routes, ioprocessors, invokers)``: the per-driver fields this host offers the
+    instance of ``pos`` within unit ``u`` (see :func:`stamp`)."""
     if pos.chart.trust == UNTRUSTED:
         # An untrusted chart sees only its own family, and only the processors and handlers
         # offered to it: everything else is, to it, an unknown target or type (the spec's
@@ -114,11 +120,11 @@ def stamp(h: Host, u: Unit, pos: Position) -> Position:
 
         def reachable(session_id: str) -> bool:
             return related(me, pos.parent, session_id) and h._load(u, session_id) is not None
-        return restamp(pos, reachable, ioprocessors(h, me, trusted=False), h._untrusted_invoker_types)
+        return reachable, ioprocessors(h, me, trusted=False), h._untrusted_invoker_types
 
     def routes(session_id: str) -> bool:
         return h._load(u, session_id) is not None
-    return restamp(pos, routes, ioprocessors(h, pos.session_id), h._invoker_types)
+    return routes, ioprocessors(h, pos.session_id), h._invoker_types
 
 
 def ioprocessors(h: Host, instance_id: str, *, trusted: bool = True) -> dict[str, Any] | None:

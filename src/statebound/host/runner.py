@@ -23,7 +23,7 @@ from ..datamodel.budget import Budget
 from ..exceptions import ConflictError, InstanceExists
 from ..interpreter import Position
 from . import history as history_mod
-from .routing import restamp, stamp
+from .routing import driver, restamp
 from .store import (CLAIMED, DEAD, DONE, PENDING, SUSPENDED, Commit, PositionRecord, PositionWrite,
                     TimerCompletion, TimerKey, TimerRow)
 from .unit import AlreadyDone, Entry, Unit
@@ -107,10 +107,11 @@ def attempt(h: Host, fn: Any, completion: Any, cache: dict[str, PositionRecord |
 def forget_entries(u: Unit) -> None:
     """Drop the unit's entries once its commit is built (nothing reads them after).
 
-    A stamped position's ``routes`` closes over its unit, so unit -> entry -> position ->
-    routes -> unit is a reference cycle: left alone, every unit and what it loaded would
-    wait for the cycle collector, which a group of a hundred units keeps busy. Clearing
-    the entries breaks the cycle and lets reference counting free them at once."""
+    An entry's ``routes`` (in its ``driver``, or a stamped position's) closes over its
+    unit, so unit -> entry -> routes -> unit is a reference cycle: left alone, every unit
+    and what it loaded would wait for the cycle collector, which a group of a hundred units
+    keeps busy. Clearing the entries breaks the cycle and lets reference counting free them
+    at once."""
     u.entries.clear()
 
 
@@ -188,9 +189,9 @@ def load(h: Host, u: Unit, instance_id: str) -> Entry | None:
     decoded = pos is None
     if pos is None:
         pos = Position.from_bytes(rec.blob, chart)
-    stamped = stamp(h, u, pos)
-    e = Entry(rec, stamped, rec.chart, list(rec.timers), rec.parent, keys=list(rec.idempotency),
-              suspended=rec.status == SUSPENDED, bare=(stamped, pos), decoded=decoded)
+    # the position stays as decoded: its drives get this host's per-driver fields beside it
+    e = Entry(rec, pos, rec.chart, list(rec.timers), rec.parent, keys=list(rec.idempotency),
+              suspended=rec.status == SUSPENDED, bare=(pos, pos), decoded=decoded, driver=driver(h, u, pos))
     if h.history is not None:
         e.steps = []
     u.entries[instance_id] = e

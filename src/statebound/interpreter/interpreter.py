@@ -21,7 +21,7 @@ from ..exceptions import (BudgetExceeded, ChartIdentityMismatch, EvaluationError
                           SerializationError)
 from .algorithm import Machine, OutOfRounds, _put
 from .program import program_for
-from .state import CANCELLED, DONE, RUNNING, Position, advance, make_position
+from .state import CANCELLED, DONE, RUNNING, Position, advance, make_position, restamped
 from .static import Plan, Quick, choose, micro_step, plan_step, run_micro
 from .values import new_event
 
@@ -203,6 +203,21 @@ class Interpreter:
         :raises NotRunning: if the position has halted.
         :raises InvalidEvent: ``event`` is neither an :class:`Event` nor a non-empty name.
         """
+        return self.drive_as(position, None, event, caller_context=caller_context, budget=budget)
+
+    def drive_as(self, position: Position, driver: tuple[Any, Any, Any] | None, event: Event | str, *,
+                 caller_context: Any = None,
+                 budget: Budget | None = None) -> tuple[Position, tuple[Effect, ...]]:
+        """:meth:`drive` of ``position`` restamped with ``driver``, its ``(routes, ioprocessors,
+        invokers)``, for a host that keeps positions without per-driver fields.
+
+        Exactly ``drive(position.restamp(routes=..., ioprocessors=..., invokers=...), event)``,
+        except that the new position keeps ``position``'s own per-driver fields wherever the
+        drive never reads them (a cached transition whose code does not read
+        ``_ioprocessors``), so no stamped copy is built or stripped again. A drive that runs
+        out of its budget or rounds returns ``position`` itself. ``driver`` ``None`` is
+        :meth:`drive`.
+        """
         if position.status != RUNNING:
             raise NotRunning(f"session {position.session_id!r} is {position.status}; it cannot be driven",
                              position.status)
@@ -210,6 +225,9 @@ class Interpreter:
         if chart is not self.chart and chart.identity != self.chart.identity:
             raise ChartIdentityMismatch((self.chart.identity, self.chart.name, self.chart.version),
                                         (chart.identity, chart.name, chart.version))
+        if driver is not None and self._needs_iop:
+            position = restamped(position, *driver)   # the cached path too reads _ioprocessors
+            driver = None
         # The static path first; a bare event name needs no Event object to be looked up.
         if type(event) is str:
             if not event:
@@ -239,16 +257,19 @@ class Interpreter:
             ev = self._events.get(name) or self._named(name)
         if budget is not None or self._loops:
             budget = self._budget(budget)
+        given = position
+        if driver is not None:   # the full macrostep reads every per-driver field
+            position = restamped(position, *driver)
         m = self._machine(position, None, caller_context, macrostep=position.macrostep + 1, budget=budget)
         try:
             m.process_external(ev)
             packed = self._settle_data(m, None, position.data)
         except OutOfRounds:
-            return position, (BudgetExhausted(rounds=self.max_rounds, event=ev.name,
-                                              macrostep=position.macrostep + 1, microstep=m.microstep_no,
-                                              round=m.round_no),)
+            return given, (BudgetExhausted(rounds=self.max_rounds, event=ev.name,
+                                           macrostep=position.macrostep + 1, microstep=m.microstep_no,
+                                           round=m.round_no),)
         except BudgetSpent as exc:
-            return position, _spent(exc, ev.name, position.macrostep + 1, m.microstep_no, m.round_no)
+            return given, _spent(exc, ev.name, position.macrostep + 1, m.microstep_no, m.round_no)
         return self._finish(position, m, packed)
 
     def _named(self, name: str) -> Event:
