@@ -23,19 +23,31 @@ from test_static_path import _EVENT, _events, random_charts
 NS = 'xmlns="http://www.w3.org/2005/07/scxml" version="1.0"'
 
 
-def _driver(reachable: set[str] | None = None) -> tuple[Any, Any, Any]:
-    """Routes that reach only ``reachable`` (everything when ``None``), a processor and an invoker type."""
-    def routes(session_id: str) -> bool:
-        return reachable is None or session_id in reachable
-    return routes, {"basichttp": {"location": "http://h.invalid/x"}, "sb.queue": {}}, frozenset({"sb.job"})
+class _Driver:
+    """``() -> (routes, ioprocessors, invokers)``: routes that reach only ``reachable``
+    (everything when ``None``), a processor and an invoker type; counts its calls."""
+
+    def __init__(self, reachable: set[str] | None = None) -> None:
+        def routes(session_id: str) -> bool:
+            return reachable is None or session_id in reachable
+        self.fields = (routes, {"basichttp": {"location": "http://h.invalid/x"}, "sb.queue": {}},
+                       frozenset({"sb.job"}))
+        self.calls = 0
+
+    def __call__(self) -> tuple[Any, Any, Any]:
+        self.calls += 1
+        return self.fields
 
 
-def _stamped(pos: sb.Position, driver: tuple[Any, Any, Any]) -> sb.Position:
-    routes, iop, invokers = driver
+_driver = _Driver
+
+
+def _stamped(pos: sb.Position, driver: _Driver) -> sb.Position:
+    routes, iop, invokers = driver.fields
     return pos.restamp(routes=routes, ioprocessors=iop, invokers=invokers)
 
 
-def assert_drive_as_is_a_stamped_drive(text: str, events: list[Any], driver: tuple[Any, Any, Any],
+def assert_drive_as_is_a_stamped_drive(text: str, events: list[Any], driver: _Driver,
                                        static_path: bool = True) -> None:
     chart = sb.Chart.from_scxml(text)
     it = sb.Interpreter(chart, max_rounds=60, static_path=static_path)
@@ -48,7 +60,9 @@ def assert_drive_as_is_a_stamped_drive(text: str, events: list[Any], driver: tup
     for ev in events:
         if not bare.running:
             break
+        calls = driver.calls
         got, got_effects = it.drive_as(bare, driver, ev)
+        assert driver.calls - calls <= 1
         want, want_effects = it.drive(stamped, ev)
         assert got.to_bytes() == want.to_bytes(), ev
         assert got_effects == want_effects, ev
@@ -127,9 +141,11 @@ def test_a_drive_out_of_budget_returns_the_given_position_itself(event):
 def test_a_cached_drive_copies_no_per_driver_field_into_the_new_position():
     it = sb.Interpreter(sb.Chart.from_scxml(LOOP_CHART))
     pos, _ = it.start(session_id="p")
-    new, _ = it.drive_as(pos.restamp(), _driver(), "count")
+    driver = _driver()
+    new, _ = it.drive_as(pos.restamp(), driver, "count")
     assert new.datamodel["n"] == 1
     assert (new.routes, new.ioprocessors, new.invokers) == (None, None, None)
+    assert driver.calls == 0    # nothing read the fields, so none were built
 
 
 def test_a_chart_that_reads_ioprocessors_gets_the_driver_s_in_the_new_position_too():
@@ -137,7 +153,8 @@ def test_a_chart_that_reads_ioprocessors_gets_the_driver_s_in_the_new_position_t
     pos, _ = it.start(session_id="p")
     driver = _driver()
     new, _ = it.drive_as(pos.restamp(), driver, "count")
-    assert (new.routes, new.ioprocessors, new.invokers) == driver
+    assert (new.routes, new.ioprocessors, new.invokers) == driver.fields
+    assert driver.calls == 1
 
 
 def test_without_a_driver_it_is_drive():

@@ -17,6 +17,7 @@ Nothing here writes: the unit of work loads, delivers and commits (``runner.py``
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote_plus, unquote, urlencode
 
@@ -107,6 +108,20 @@ def route_http(h: Host, iid: str, pos: Position, target: str | None, eff: Any) -
 def stamp(h: Host, u: Unit, pos: Position) -> Position:
     """``pos`` with the per-driver fields this host offers it within unit ``u``."""
     return restamp(pos, *driver(h, u, pos))
+
+
+def offer(h: Host, u: Unit, pos: Position) -> Callable[[], tuple[Any, Any, Any]]:
+    """``() -> driver(h, u, pos)``, built on the first call and kept: what a unit hands
+    ``Interpreter.drive_as``, which calls it only when the drive reads the fields (a
+    cached transition never does, so most drives never build the routes or the offer)."""
+    fields: tuple[Any, Any, Any] | None = None
+
+    def get() -> tuple[Any, Any, Any]:
+        nonlocal fields
+        if fields is None:
+            fields = driver(h, u, pos)
+        return fields
+    return get
 
 
 def driver(h: Host, u: Unit, pos: Position) -> tuple[Any, Any, Any]:

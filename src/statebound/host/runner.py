@@ -23,7 +23,7 @@ from ..datamodel.budget import Budget
 from ..exceptions import ConflictError, InstanceExists
 from ..interpreter import Position
 from . import history as history_mod
-from .routing import driver, restamp
+from .routing import offer, restamp
 from .store import (CLAIMED, DEAD, DONE, PENDING, SUSPENDED, Commit, PositionRecord, PositionWrite,
                     TimerCompletion, TimerKey, TimerRow)
 from .unit import AlreadyDone, Entry, Unit
@@ -191,7 +191,7 @@ def load(h: Host, u: Unit, instance_id: str) -> Entry | None:
         pos = Position.from_bytes(rec.blob, chart)
     # the position stays as decoded: its drives get this host's per-driver fields beside it
     e = Entry(rec, pos, rec.chart, list(rec.timers), rec.parent, keys=list(rec.idempotency),
-              suspended=rec.status == SUSPENDED, bare=(pos, pos), decoded=decoded, driver=driver(h, u, pos))
+              suspended=rec.status == SUSPENDED, bare=(pos, pos), decoded=decoded, driver=offer(h, u, pos))
     if h.history is not None:
         e.steps = []
     u.entries[instance_id] = e

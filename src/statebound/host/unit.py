@@ -7,6 +7,7 @@ Built and committed by ``runner.py``, filled by ``delivery.py``, ``children.py``
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -59,11 +60,12 @@ class Entry:
     #: the position was decoded from ``record`` in this unit (not found among the host's
     #: kept positions); it is kept when the unit does not rewrite it
     decoded: bool = False
-    #: ``(routes, ioprocessors, invokers)`` this host offers the loaded instance in this unit
-    #: (``routing.driver``), handed to each drive: the position itself stays without them, so
-    #: nothing is stamped on the way in or stripped on the way out (``None``: the position
-    #: carries its own, as a session started in this unit does)
-    driver: tuple[Any, Any, Any] | None = None
+    #: ``() -> (routes, ioprocessors, invokers)``, what this host offers the loaded instance
+    #: in this unit (``routing.offer``), handed to each drive, which calls it only if it
+    #: reads them: the position itself stays without them, so nothing is stamped on the way
+    #: in or stripped on the way out (``None``: the position carries its own, as a session
+    #: started in this unit does)
+    driver: Callable[[], tuple[Any, Any, Any]] | None = None
 
 
 @dataclass(slots=True, init=False)

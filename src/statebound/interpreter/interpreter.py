@@ -7,7 +7,7 @@ always give an equal position and equal effects.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from types import MappingProxyType
 from typing import Any
 
@@ -205,18 +205,20 @@ class Interpreter:
         """
         return self.drive_as(position, None, event, caller_context=caller_context, budget=budget)
 
-    def drive_as(self, position: Position, driver: tuple[Any, Any, Any] | None, event: Event | str, *,
-                 caller_context: Any = None,
+    def drive_as(self, position: Position, driver: Callable[[], tuple[Any, Any, Any]] | None,
+                 event: Event | str, *, caller_context: Any = None,
                  budget: Budget | None = None) -> tuple[Position, tuple[Effect, ...]]:
-        """:meth:`drive` of ``position`` restamped with ``driver``, its ``(routes, ioprocessors,
-        invokers)``, for a host that keeps positions without per-driver fields.
+        """:meth:`drive` of ``position`` restamped with the per-driver fields ``driver()``
+        returns, ``(routes, ioprocessors, invokers)``, for a host that keeps positions
+        without them.
 
         Exactly ``drive(position.restamp(routes=..., ioprocessors=..., invokers=...), event)``,
-        except that the new position keeps ``position``'s own per-driver fields wherever the
-        drive never reads them (a cached transition whose code does not read
-        ``_ioprocessors``), so no stamped copy is built or stripped again. A drive that runs
-        out of its budget or rounds returns ``position`` itself. ``driver`` ``None`` is
-        :meth:`drive`.
+        except that ``driver`` is called only when the drive reads the fields (the full
+        macrostep, or a chart whose code names ``_ioprocessors``), at most once; elsewhere
+        (a cached transition) the new position keeps ``position``'s own per-driver fields, so
+        no stamped copy is built or stripped again, and no offer is built that nothing reads.
+        A drive that runs out of its budget or rounds returns ``position`` itself.
+        ``driver`` ``None`` is :meth:`drive`.
         """
         if position.status != RUNNING:
             raise NotRunning(f"session {position.session_id!r} is {position.status}; it cannot be driven",
@@ -226,7 +228,7 @@ class Interpreter:
             raise ChartIdentityMismatch((self.chart.identity, self.chart.name, self.chart.version),
                                         (chart.identity, chart.name, chart.version))
         if driver is not None and self._needs_iop:
-            position = restamped(position, *driver)   # the cached path too reads _ioprocessors
+            position = restamped(position, *driver())   # the cached path too reads _ioprocessors
             driver = None
         # The static path first; a bare event name needs no Event object to be looked up.
         if type(event) is str:
@@ -259,7 +261,7 @@ class Interpreter:
             budget = self._budget(budget)
         given = position
         if driver is not None:   # the full macrostep reads every per-driver field
-            position = restamped(position, *driver)
+            position = restamped(position, *driver())
         m = self._machine(position, None, caller_context, macrostep=position.macrostep + 1, budget=budget)
         try:
             m.process_external(ev)
