@@ -724,3 +724,28 @@ def test_processes_opening_a_new_file_together_all_succeed(tmp_path):
         path = str(tmp_path / f"fresh-{trial}.db")
         results = _run_together(_OPENER, [[path]] * 4)
         assert results == [["wal", SCHEMA_VERSION]] * 4
+
+
+@pytest.mark.parametrize("group", [False, True])
+def test_an_update_stores_null_for_no_parent_and_no_keys_and_the_values_as_written(db_path, group):
+    # _update_params binds bytes as bytearray and None as sentinels the statement maps back to
+    # NULL (Python's sqlite3 adapts every other type the slow way): the file must not tell.
+    store = SQLiteStore(db_path)
+    for iid in ("a", "b"):
+        create(store, iid, parent="p" if iid == "b" else None)
+    keys = (KeyRecord("k-1", b"\x01\x02"),)
+    writes = [PositionWrite("a", "chart", 1, b"blob-a", "running", (), None, ()),
+              PositionWrite("b", "chart", 1, b"blob-b", "running", (TimerRef(3, "s", None),), "p", keys)]
+    if group:
+        assert store.commit_many([Commit(writes=(w,)) for w in writes]) == [None, None]
+    else:
+        for w in writes:
+            store.commit(Commit(writes=(w,)))
+    raw = sqlite3.connect(db_path)
+    rows = raw.execute("SELECT instance_id, typeof(blob), typeof(timers), typeof(parent), parent, "
+                       "typeof(idempotency) FROM positions ORDER BY instance_id").fetchall()
+    assert rows == [("a", "blob", "blob", "null", None, "null"), ("b", "blob", "blob", "text", "p", "blob")]
+    a, b = store.load("a"), store.load("b")
+    assert (a.blob, a.parent, a.idempotency, a.timers, a.version) == (b"blob-a", None, (), (), 2)
+    assert (b.blob, b.parent, b.idempotency, b.timers) == (b"blob-b", "p", keys, (TimerRef(3, "s", None),))
+    assert type(a.blob) is bytes and type(b.blob) is bytes
