@@ -505,26 +505,48 @@ def test_a_suspended_instance_refuses_its_items_and_parks_its_timers_in_a_group(
     assert got[0].ok and isinstance(got[1].error, sb.InstanceSuspended)
 
 
-def test_with_a_tracer_every_item_is_its_own_span(tmp_path):
+@pytest.mark.parametrize("store", ["memory", "sqlite"])
+def test_with_a_tracer_every_item_is_its_own_span_and_group_commit_stays(tmp_path, store):
     pytest.importorskip("opentelemetry.sdk")
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import SimpleSpanProcessor
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+    from opentelemetry.trace import StatusCode
     exporter = InMemorySpanExporter()
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
+    tracer = provider.get_tracer("test")
     clock = sb.ManualClock(T0)
-    host = _host(sb.MemoryStore(), clock, tracer=provider.get_tracer("test"))
+    host = _host(sb.MemoryStore() if store == "memory" else sb.SQLiteStore(tmp_path / "t.db"), clock, tracer=tracer)
     _tickers(host, 2, clock)
-    results = host.send_many([("t000", "again"), ("ghost", "again"), ("t001", "again")])
+    exporter.clear()
+    groups = host.metrics.get("group_commits", 0)
+    with tracer.start_as_current_span("batch job") as job:
+        results = host.send_many([("t000", "again"), ("ghost", "again"), ("t001", "again")])
     assert [type(r.error) for r in results] == [type(None), sb.InstanceNotFound, type(None)]
-    sends = [s for s in exporter.get_finished_spans() if s.name == "statebound.send"]
-    assert [dict(s.attributes)["statebound.instance"] for s in sends] == ["t000", "ghost", "t001"]
-    assert [dict(s.attributes)["statebound.outcome"] for s in sends] == ["ok", "InstanceNotFound", "ok"]
+    assert host.metrics["group_commits"] == groups + 1          # both applied items: one transaction
+    sends = sorted((s for s in exporter.get_finished_spans() if s.name == "statebound.send"),
+                   key=lambda s: s.start_time)
+    assert [s.attributes["statebound.instance"] for s in sends] == ["t000", "ghost", "t001"]
+    assert [s.attributes["statebound.outcome"] for s in sends] == ["ok", "InstanceNotFound", "ok"]
+    assert all(s.parent.span_id == job.get_span_context().span_id for s in sends)
+    assert [s.attributes.get("statebound.chart") for s in sends] == ["ticker", None, "ticker"]
+    assert sends[1].status.status_code == StatusCode.ERROR and [e.name for e in sends[1].events] == ["exception"]
+    # each applied item's rows carry its own span's traceparent...
+    for s in (sends[0], sends[2]):
+        rows = host.pending_timers(s.attributes["statebound.instance"])
+        assert {r.caller_context["traceparent"].split("-")[2] for r in rows} >= {f"{s.context.span_id:016x}"}
+    exporter.clear()
     clock.advance(1000)
+    groups = host.metrics.get("group_commits", 0)
     assert [r.outcome for r in host.fire_due()] == ["fired"] * 4       # the starts' rows and the sends'
+    assert host.metrics["group_commits"] == groups + 2                 # one row per instance per group
     fires = [s for s in exporter.get_finished_spans() if s.name == "statebound.fire"]
-    assert len(fires) == 4 and all(len(s.links) == 1 for s in fires)   # each linked to the call that armed it
+    # ...and each fire's span links to the call that armed its row
+    assert len(fires) == 4 and all(len(s.links) == 1 for s in fires)
+    assert {s.links[0].context.span_id for s in fires} >= {sends[0].context.span_id, sends[2].context.span_id}
+    assert [s.attributes["statebound.outcome"] for s in fires] == ["fired"] * 4
+    assert all(s.parent is None for s in fires)
 
 
 def test_the_docs_example_runs_as_written(tmp_path, monkeypatch, capsys):

@@ -110,3 +110,71 @@ def test_a_host_without_a_tracer_never_imports_opentelemetry():
             "print('clean')\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0 and out.stdout.strip() == "clean", out.stderr
+
+
+COUNTER = '''<scxml xmlns="http://www.w3.org/2005/07/scxml" name="counter" initial="s" datamodel="python">
+  <datamodel><data id="n" expr="0"/></datamodel>
+  <state id="s">
+    <onentry><send event="tick" delay="1s"/></onentry>
+    <transition event="tick"><assign location="n" expr="n + 1"/></transition>
+    <transition event="bump"><assign location="n" expr="n + 10"/></transition>
+  </state>
+</scxml>'''
+
+
+@pytest.mark.parametrize("what", ["send_many", "fire_due"])
+def test_an_item_that_loses_a_race_in_its_group_keeps_its_one_span(otel, tmp_path, what):
+    tracer, exporter = otel
+    clock = sb.ManualClock(now_ms=0)
+    host = sb.Host([sb.Chart.from_scxml(COUNTER)], store=sb.SQLiteStore(tmp_path / "t.db"), clock=clock,
+                   tracer=tracer)
+    other = sb.Host([sb.Chart.from_scxml(COUNTER)], store=host.store, clock=clock)   # untraced
+    for i in range(3):
+        host.start("counter", f"c{i}")
+    clock.advance(1000)
+    exporter.clear()
+    orig = host.store.commit_many
+    raced = []
+
+    def commit_many(commits):
+        if not raced:
+            raced.append(other.send("c1", "bump"))     # another process writes c1 first
+        return orig(commits)
+    host.store.commit_many = commit_many
+    if what == "send_many":
+        results = host.send_many([(f"c{i}", "bump") for i in range(3)])
+        assert all(r.ok for r in results) and results[1].position.datamodel["n"] == 20
+        op, outcome = "statebound.send", "ok"
+    else:
+        assert [r.outcome for r in host.fire_due()] == ["fired"] * 3
+        assert host.get("c1").datamodel["n"] == 11
+        op, outcome = "statebound.fire", "fired"
+    assert host.metrics["conflicts"] == 1                 # c1 ran again, alone
+    spans = [s for s in exporter.get_finished_spans() if s.name == op]
+    assert sorted(s.attributes["statebound.instance"] for s in spans) == ["c0", "c1", "c2"]   # one each
+    assert all(s.attributes["statebound.outcome"] == outcome for s in spans)
+    assert all(s.attributes["statebound.chart"] == "counter" for s in spans)
+    assert [s.name for s in exporter.get_finished_spans() if s.name.startswith("statebound.")] == [op] * 3
+
+
+def test_outbox_rows_of_a_traced_batch_link_to_their_own_item(otel):
+    tracer, exporter = otel
+    chart = sb.Chart.from_scxml('''<scxml xmlns="http://www.w3.org/2005/07/scxml" name="notify" initial="s"
+      datamodel="python"><state id="s"><transition event="go"><send type="app" event="hello"/></transition>
+      </state></scxml>''')
+    seen = []
+    host = sb.Host([chart], tracer=tracer, processors={"app": lambda delivery: seen.append(delivery)})
+    for i in range(3):
+        host.start("notify", f"n{i}")
+    exporter.clear()
+    with tracer.start_as_current_span("batch job") as job:
+        assert all(r.ok for r in host.send_many([(f"n{i}", "go") for i in range(3)]))
+    sends = {s.attributes["statebound.instance"]: s for s in by_name(exporter, "statebound.send")}
+    delivers = {s.attributes["statebound.instance"]: s for s in by_name(exporter, "statebound.deliver")}
+    assert sorted(sends) == sorted(delivers) == ["n0", "n1", "n2"]
+    for iid, deliver in delivers.items():
+        assert [link.context.span_id for link in deliver.links] == [sends[iid].context.span_id]
+        assert deliver.parent.span_id == job.get_span_context().span_id
+    assert sorted(d.caller_context["traceparent"].split("-")[2] for d in seen) == sorted(
+        f"{s.context.span_id:016x}" for s in delivers.values())
+    assert host.metrics["group_commits"] == 1

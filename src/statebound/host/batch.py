@@ -52,6 +52,7 @@ from .unit import FireResult, Unit
 
 if TYPE_CHECKING:
     from .host import Host
+    from .tracing import Tracing
 
 __all__ = ["SendResult", "GroupCommit", "Job", "SendJob", "FireJob"]
 
@@ -101,15 +102,28 @@ class Job:
     ``__dict__`` would be that many more objects for the cycle collector to walk.
     """
 
-    __slots__ = ("grouped", "ids")
+    __slots__ = ("grouped", "ids", "span")
 
     #: the instances the item is addressed to, known before it runs
     ids: tuple[str, ...]
     grouped: bool
+    #: the item's span, on a host with a tracer, from when its unit first runs until its
+    #: outcome is known (``tracing.py``)
+    span: Any
 
     def __init__(self, ids: tuple[str, ...] = (), grouped: bool = False) -> None:
         self.ids = ids
         self.grouped = grouped
+        self.span = None
+
+    def trace(self, tracing: Tracing) -> None:
+        """Open the item's span and carry its traceparent in what the unit hands on."""
+
+    def end_span(self, tracing: Tracing, outcome: str, error: BaseException | None = None) -> None:
+        """Finish the item's span, if it has one."""
+        if self.span is not None:
+            span, self.span = self.span, None
+            tracing.end(span, outcome, error)
 
     def unit(self, u: Unit) -> Any:
         """The item's unit of work (``runner.py``), run in a group when ``grouped``."""
@@ -143,22 +157,39 @@ class SendJob(Job):
         self.host, self.results, self.index = host, results, index
         self.ids = (instance_id,)
         self.grouped = True
+        self.span = None
         self.event, self.key, self.fingerprint, self.caller_context = event, key, fingerprint, caller_context
+
+    def trace(self, tracing: Tracing) -> None:
+        self.span, self.caller_context = tracing.open("send", self.ids[0], self.event.name, self.caller_context)
 
     def unit(self, u: Unit) -> Position:
         return self.host._send_step(u, self.ids[0], self.event, self.key, self.fingerprint, self.caller_context)
 
     def done(self, result: Any) -> None:
         self.results[self.index] = SendResult(self.index, self.ids[0], result)
+        if self.span is not None:
+            self.end_span(self.host._tracing, "ok")
 
     def failed(self, exc: Exception) -> None:
         self.results[self.index] = SendResult(self.index, self.ids[0], None, exc)
+        if self.span is not None:
+            self.end_span(self.host._tracing, "", exc)
 
     def alone(self) -> None:
+        tracing = self.host._tracing
+        if tracing is not None and self.span is None:
+            self.trace(tracing)
         try:
-            self.done(runner.run(self.host, self.unit))
+            if self.span is None:
+                result = runner.run(self.host, self.unit)
+            else:
+                with tracing.within(self.span):
+                    result = runner.run(self.host, self.unit)
         except Exception as exc:  # the item's own error, reported in its slot
             self.failed(exc)
+            return
+        self.done(result)
 
 
 class FireJob(Job):
@@ -171,6 +202,10 @@ class FireJob(Job):
         self.lag = max(0, host.clock.now_ms() - row.ready_at_ms)
         self.ids = (row.instance_id,) if row.target_id == row.instance_id else (row.instance_id, row.target_id)
         self.grouped = row.kind == TIMER
+        self.span = None
+
+    def trace(self, tracing: Tracing) -> None:
+        self.span, self.row = tracing.open_fire(self.row)
 
     def unit(self, u: Unit) -> tuple[str, str | None]:
         return firing.fire_step(self.host, self.row, u)
@@ -180,15 +215,36 @@ class FireJob(Job):
 
     def done(self, result: Any) -> None:
         self.results[self.index] = FireResult(self.row.key, result[0], result[1], self.lag)
+        if self.span is not None:
+            self.end_span(self.host._tracing, result[0])
 
     def outcome(self, result: Any) -> str | None:
         return result[0]
 
     def failed(self, exc: Exception) -> None:
-        self.results[self.index] = firing.fire_failed(self.host, self.row, self.node, exc, self.lag)
+        if self.span is None:
+            self.results[self.index] = firing.fire_failed(self.host, self.row, self.node, exc, self.lag)
+            return
+        tracing = self.host._tracing
+        try:
+            res = self.results[self.index] = firing.fire_failed(self.host, self.row, self.node, exc, self.lag)
+        except BaseException as lost:   # the release itself failed (the store is down): the span says so
+            self.end_span(tracing, "", lost)
+            raise
+        self.end_span(tracing, res.outcome)   # a delivery failure is the row's outcome, as in a traced fire
 
     def alone(self) -> None:
-        self.results[self.index] = self.host.fire(self.row, node_id=self.node)
+        if self.span is None:   # never ran in the group (an outbox row): a traced fire of its own
+            self.results[self.index] = self.host.fire(self.row, node_id=self.node)
+            return
+        tracing = self.host._tracing
+        try:
+            with tracing.within(self.span, body=True):
+                res = self.results[self.index] = self.host.fire(self.row, node_id=self.node)
+        except BaseException as exc:
+            self.end_span(tracing, "", exc)
+            raise
+        self.end_span(tracing, res.outcome)
 
 
 class GroupCommit:
@@ -209,6 +265,7 @@ class GroupCommit:
                 job.alone()
             return
         cache: dict[str, PositionRecord | None] = {}
+        tracing = h._tracing   # a span per item, open from its unit's run to its outcome
         i = 0
         while i < len(jobs):
             window = jobs[i:i + h.max_batch]
@@ -230,7 +287,13 @@ class GroupCommit:
                     i += 1
                     continue
                 try:
-                    u, result, commit = runner.attempt(h, job.unit, job.completion, cache, counts=counts)
+                    if tracing is None:
+                        u, result, commit = runner.attempt(h, job.unit, job.completion, cache, counts=counts)
+                    else:
+                        if job.span is None:
+                            job.trace(tracing)
+                        with tracing.within(job.span):
+                            u, result, commit = runner.attempt(h, job.unit, job.completion, cache, counts=counts)
                 except Exception as exc:  # refused (unknown instance, halted...) or a drive failure
                     job.failed(exc)
                     i += 1

@@ -338,8 +338,8 @@ class Host:
             error :meth:`send` would have raised for that item (nothing of it written).
             One item's error never fails or holds back another; a crash before the return
             may have applied any prefix of the groups, so re-send with idempotency keys.
-            With a ``tracer``, every item is a traced :meth:`send` of its own (a span and a
-            commit each).
+            With a ``tracer``, every item still has its own ``statebound.send`` span, as a
+            :meth:`send` would, open from its unit's run until its group's commit landed.
         """
         results: list[SendResult | None] = []
         jobs = []
@@ -352,13 +352,6 @@ class Host:
             except (StateboundError, ValueError, TypeError) as exc:
                 named = item[0] if isinstance(item, (tuple, list)) and item and isinstance(item[0], str) else None
                 results[index] = SendResult(index, named, None, exc)
-                continue
-            if self._tracing is not None:   # a span per item: each is its own traced send
-                try:
-                    results[index] = SendResult(index, iid, self.send(iid, ev, caller_context=caller_context,
-                                                                      idempotency_key=key))
-                except Exception as exc:  # the item's own error, reported in its slot
-                    results[index] = SendResult(index, iid, None, exc)
                 continue
             jobs.append(SendJob(self, results, index, iid, ev, key, fingerprint, caller_context))
         self._group.run(jobs)
@@ -607,12 +600,13 @@ class Host:
         outbox rows, which call the outside world first, fire on their own in their place.
 
         A host whose ``fire`` is overridden (a subclass or wrapper that logs or counts every
-        fire), or that has a ``tracer`` (a span per fire, linked to the one that armed the
-        row), fires every row through ``fire``, one commit each, as before group commit.
+        fire) fires every row through ``fire``, one commit each, as before group commit. A
+        host with a ``tracer`` keeps group commit and gives every row its own span, linked
+        to the one that armed it, as :meth:`fire` does.
         """
         node = node_id or self.node_id
         rows = list(rows)
-        if type(self).fire is not Host.fire or "fire" in vars(self) or self._tracing is not None:
+        if type(self).fire is not Host.fire or "fire" in vars(self):
             return [self.fire(row, node_id=node) for row in rows]
         results: list[FireResult | None] = [None] * len(rows)
         self._group.run([FireJob(self, results, i, row, node) for i, row in enumerate(rows)])

@@ -14,6 +14,10 @@ Imported only by a host given a tracer, so a host without one never imports Open
   and outbox rows armed by the call carry it, and a processor sees it in its ``Delivery``.
 * Firing a row days later starts a span **linked** to the span that armed it (a link, not
   a parent: it is another trace, usually), whose own traceparent then travels on.
+* Group commit keeps every item's span: ``send_many`` and ``fire_many`` open one per item
+  when its unit runs (a child of the span current at the batch call, or linked like a single
+  fire), run the unit inside it, and end it when the item's outcome is known, after its
+  group's commit; the span covers the wait for that commit too.
 """
 
 from __future__ import annotations
@@ -116,6 +120,50 @@ class Tracing:
                 _INSIDE.reset(token)
             span.set_attribute("statebound.outcome", "ok")
             return result
+
+    # ------------------------------------------------------------------ spans of a batch
+    def open(self, op: str, instance_id: str, event: str | None, caller_context: Any,
+             links: list[trace.Link] | None = None) -> tuple[trace.Span, Any]:
+        """Start the span of one batch item (not current, not ended) and return it with the
+        item's caller context carrying its traceparent; :meth:`end` finishes it."""
+        attributes = {"statebound.instance": instance_id}
+        if event is not None:
+            attributes["statebound.event"] = event
+        span = self.tracer.start_span(f"statebound.{op}", kind=trace.SpanKind.INTERNAL, attributes=attributes,
+                                      links=links or None)
+        with trace.use_span(span, end_on_exit=False):
+            return span, self.carry(caller_context)
+
+    def open_fire(self, row: TimerRow) -> tuple[trace.Span, TimerRow]:
+        """:meth:`open` for a claimed row: linked to the span that armed it, as :meth:`fire`."""
+        armed = self.armed_by(row.caller_context)
+        event = row.event.get("name") if isinstance(row.event, dict) else None
+        span, ctx = self.open("fire" if row.kind == TIMER else "deliver", row.target_id, event,
+                              row.caller_context, [trace.Link(armed)] if armed else None)
+        return span, replace(row, caller_context=ctx)
+
+    @staticmethod
+    @contextmanager
+    def within(span: trace.Span, *, body: bool = False) -> Iterator[None]:
+        """Run a batch item's work with its span current; ``body``: the work is one traced
+        host call (``host.fire``), which must not open a span of its own."""
+        token = _INSIDE.set(True) if body else None
+        try:
+            with trace.use_span(span, end_on_exit=False, record_exception=False, set_status_on_exception=False):
+                yield
+        finally:
+            if token is not None:
+                _INSIDE.reset(token)
+
+    @staticmethod
+    def end(span: trace.Span, outcome: str, error: BaseException | None = None) -> None:
+        """Finish a batch item's span with its outcome (``ok``, a fire's) or its error."""
+        if error is not None:
+            span.record_exception(error)
+            span.set_status(trace.Status(trace.StatusCode.ERROR, f"{type(error).__name__}: {error}"))
+            outcome = type(error).__name__
+        span.set_attribute("statebound.outcome", outcome)
+        span.end()
 
     def fire(self, row: TimerRow, body: Callable[[TimerRow], Any]) -> Any:
         """Fire ``row`` through ``body`` inside a span linked to the span that armed it."""
