@@ -63,11 +63,15 @@ def test_a_timer_fire_links_to_the_span_that_armed_it(otel, tmp_path, store):
     assert [s.name for s in exporter.get_finished_spans()] == ["statebound.fire"]
 
 
+#: a chart whose "go" sends to the host's "app" processor (an outbox row)
+NOTIFY = '''<scxml xmlns="http://www.w3.org/2005/07/scxml" name="notify" initial="s" datamodel="python">
+  <state id="s"><transition event="go"><send type="app" event="hello"/></transition></state>
+</scxml>'''
+
+
 def test_outbox_rows_carry_the_traceparent_and_their_delivery_links_back(otel):
     tracer, exporter = otel
-    chart = sb.Chart.from_scxml('''<scxml xmlns="http://www.w3.org/2005/07/scxml" name="notify" initial="s"
-      datamodel="python"><state id="s"><transition event="go"><send type="app" event="hello"/></transition>
-      </state></scxml>''')
+    chart = sb.Chart.from_scxml(NOTIFY)
     seen = []
     host = sb.Host([chart], tracer=tracer, processors={"app": lambda delivery: seen.append(delivery)},
                    deliver_after_commit=False)
@@ -159,9 +163,7 @@ def test_an_item_that_loses_a_race_in_its_group_keeps_its_one_span(otel, tmp_pat
 
 def test_outbox_rows_of_a_traced_batch_link_to_their_own_item(otel):
     tracer, exporter = otel
-    chart = sb.Chart.from_scxml('''<scxml xmlns="http://www.w3.org/2005/07/scxml" name="notify" initial="s"
-      datamodel="python"><state id="s"><transition event="go"><send type="app" event="hello"/></transition>
-      </state></scxml>''')
+    chart = sb.Chart.from_scxml(NOTIFY)
     seen = []
     host = sb.Host([chart], tracer=tracer, processors={"app": lambda delivery: seen.append(delivery)})
     for i in range(3):
