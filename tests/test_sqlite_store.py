@@ -749,3 +749,11 @@ def test_an_update_stores_null_for_no_parent_and_no_keys_and_the_values_as_writt
     assert (a.blob, a.parent, a.idempotency, a.timers, a.version) == (b"blob-a", None, (), (), 2)
     assert (b.blob, b.parent, b.idempotency, b.timers) == (b"blob-b", "p", keys, (TimerRef(3, "s", None),))
     assert type(a.blob) is bytes and type(b.blob) is bytes
+
+
+def test_an_empty_parent_written_through_the_store_reads_back_empty_not_null(db_path):
+    # the store does not police parent ids; whatever a write names, a load returns
+    store = SQLiteStore(db_path)
+    create(store, "a", parent="p")
+    store.commit(Commit(writes=(PositionWrite("a", "chart", 1, b"blob-a", "running", (), "", ()),)))
+    assert store.load("a").parent == ""

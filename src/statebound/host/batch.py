@@ -38,7 +38,7 @@ A store without ``commit_many`` (a wrapper, an older backend) gets one commit pe
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -119,9 +119,10 @@ class Job:
     def trace(self, tracing: Tracing) -> None:
         """Open the item's span and carry its traceparent in what the unit hands on."""
 
-    def end_span(self, tracing: Tracing, outcome: str, error: BaseException | None = None) -> None:
+    def end_span(self, tracing: Tracing | None, outcome: str, error: BaseException | None = None) -> None:
         """Finish the item's span, if it has one."""
         if self.span is not None:
+            assert tracing is not None
             span, self.span = self.span, None
             tracing.end(span, outcome, error)
 
@@ -168,13 +169,11 @@ class SendJob(Job):
 
     def done(self, result: Any) -> None:
         self.results[self.index] = SendResult(self.index, self.ids[0], result)
-        if self.span is not None:
-            self.end_span(self.host._tracing, "ok")
+        self.end_span(self.host._tracing, "ok")
 
     def failed(self, exc: Exception) -> None:
         self.results[self.index] = SendResult(self.index, self.ids[0], None, exc)
-        if self.span is not None:
-            self.end_span(self.host._tracing, "", exc)
+        self.end_span(self.host._tracing, "", exc)
 
     def alone(self) -> None:
         tracing = self.host._tracing
@@ -215,36 +214,31 @@ class FireJob(Job):
 
     def done(self, result: Any) -> None:
         self.results[self.index] = FireResult(self.row.key, result[0], result[1], self.lag)
-        if self.span is not None:
-            self.end_span(self.host._tracing, result[0])
+        self.end_span(self.host._tracing, result[0])
 
     def outcome(self, result: Any) -> str | None:
         return result[0]
 
     def failed(self, exc: Exception) -> None:
-        if self.span is None:
-            self.results[self.index] = firing.fire_failed(self.host, self.row, self.node, exc, self.lag)
-            return
-        tracing = self.host._tracing
-        try:
-            res = self.results[self.index] = firing.fire_failed(self.host, self.row, self.node, exc, self.lag)
-        except BaseException as lost:   # the release itself failed (the store is down): the span says so
-            self.end_span(tracing, "", lost)
-            raise
-        self.end_span(tracing, res.outcome)   # a delivery failure is the row's outcome, as in a traced fire
+        # a delivery failure is the row's outcome, as in a traced fire
+        self._settle(lambda: firing.fire_failed(self.host, self.row, self.node, exc, self.lag))
 
     def alone(self) -> None:
         if self.span is None:   # never ran in the group (an outbox row): a traced fire of its own
             self.results[self.index] = self.host.fire(self.row, node_id=self.node)
             return
-        tracing = self.host._tracing
+        with self.host._tracing.within(self.span, body=True):
+            self._settle(lambda: self.host.fire(self.row, node_id=self.node))
+
+    def _settle(self, result: Callable[[], FireResult]) -> None:
+        """Keep the row's result and end its span with its outcome, or with the error that
+        kept it from having one (the store is down)."""
         try:
-            with tracing.within(self.span, body=True):
-                res = self.results[self.index] = self.host.fire(self.row, node_id=self.node)
+            res = self.results[self.index] = result()
         except BaseException as exc:
-            self.end_span(tracing, "", exc)
+            self.end_span(self.host._tracing, "", exc)
             raise
-        self.end_span(tracing, res.outcome)
+        self.end_span(self.host._tracing, res.outcome)
 
 
 class GroupCommit:

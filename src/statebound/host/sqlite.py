@@ -216,24 +216,24 @@ _SQL_COMPLETE = _SQL_COMPLETE_SET + "instance_id = ? AND ordinal = ?"
 # A position write conditional on the version loaded: the commit's only statement that can
 # refuse it (rowcount 0) for a plain event or fire. Its parameters come from _update_params.
 _SQL_UPDATE_POSITION = ("UPDATE positions SET chart = ?, version = version + 1, blob = ?, status = ?, "
-                        "timers = ?, parent = nullif(?, ''), idempotency = nullif(?, x'') "
+                        "timers = ?, parent = nullif(?, x''), idempotency = nullif(?, x'') "
                         "WHERE instance_id = ? AND version = ?")
 
 
 def _update_params(w: PositionWrite, refs: bytes, keys: bytes | None) -> tuple[Any, ...]:
-    """The parameters of ``_SQL_UPDATE_POSITION``, in the types Python's sqlite3 binds as they
-    are: it runs every other value (``bytes``, ``None``) through its adaptation protocol, two
-    failed attribute lookups that build and drop an ``AttributeError`` each, about 3,300
-    instructions a value, four values on every position written. Bytes go as ``bytearray``
-    (the same BLOB), and ``None`` as a value no row holds, which the statement turns back
-    into NULL: ``''`` for the parent (an instance id is never empty) and an empty blob for
-    the keys (a position with none stores NULL, never an empty list)."""
-    return (w.chart, bytearray(w.blob) if w.blob is not None else None, w.status, bytearray(refs),
-            w.parent if w.parent is not None else "", bytearray(keys) if keys is not None else _EMPTY,
-            w.instance_id, w.expected_version)
+    """The parameters of ``_SQL_UPDATE_POSITION`` (a write with a blob), in the types Python's
+    sqlite3 binds as they are: it runs every other value (``bytes``, ``None``) through its
+    adaptation protocol, two failed attribute lookups that build and drop an
+    ``AttributeError`` each, about 3,300 instructions a value, four values on every position
+    written. Bytes go as ``bytearray`` (the same BLOB), and ``None`` as the empty blob, which
+    the statement turns back into NULL: no parent is text and no packed keys are empty, so
+    nothing else compares equal to it."""
+    assert w.blob is not None
+    return (w.chart, bytearray(w.blob), w.status, bytearray(refs), _EMPTY if w.parent is None else w.parent,
+            _EMPTY if keys is None else bytearray(keys), w.instance_id, w.expected_version)
 
 
-#: the empty blob ``_update_params`` binds for no idempotency keys
+#: the empty blob ``_update_params`` binds for NULL
 _EMPTY = bytearray()
 
 
