@@ -11,7 +11,7 @@ import pytest
 import statebound as sb
 
 pytest.importorskip("opentelemetry.sdk")
-from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import StatusCode
@@ -180,3 +180,65 @@ def test_outbox_rows_of_a_traced_batch_link_to_their_own_item(otel):
     assert sorted(d.caller_context["traceparent"].split("-")[2] for d in seen) == sorted(
         f"{s.context.span_id:016x}" for s in delivers.values())
     assert host.metrics["group_commits"] == 1
+
+
+class Faulty(SpanProcessor):
+    """A span processor that raises in ``on_start`` or ``on_end`` (of the spans it is told
+    to), as a broken exporter wired in synchronously would."""
+
+    def __init__(self, when: str) -> None:
+        self.when = when
+        self.raised = 0
+
+    def _maybe(self, when: str) -> None:
+        if self.when == when:
+            self.raised += 1
+            raise RuntimeError(f"exporter down ({when})")
+
+    def on_start(self, span, parent_context=None):
+        self._maybe("start")
+
+    def on_end(self, span):
+        self._maybe("end")
+
+
+
+@pytest.mark.parametrize("when", ["start", "end"])
+@pytest.mark.parametrize("store", ["memory", "sqlite"])
+def test_a_span_processor_that_raises_never_changes_a_calls_outcome(tmp_path, caplog, when, store):
+    # before: an on_end that raised made host.send raise after its commit had landed (the
+    # caller would retry an applied event), and an on_start that raised stopped the call
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    faulty = Faulty(when)
+    provider.add_span_processor(SimpleSpanProcessor(exporter))    # first: the SDK stops at a processor
+    provider.add_span_processor(faulty)                             # that raises
+    clock = sb.ManualClock(now_ms=0)
+    st = sb.MemoryStore() if store == "memory" else sb.SQLiteStore(tmp_path / "t.db")
+    host = sb.Host([sb.Chart.from_scxml(COUNTER)], store=st, clock=clock, tracer=provider.get_tracer("t"))
+    caplog.set_level("WARNING", logger="statebound.tracing")
+
+    assert host.start("counter", "c0").configuration == {"s"}
+    [armed] = host.pending_timers("c0")
+    assert armed.caller_context is None if when == "start" else "traceparent" in armed.caller_context
+    assert host.send("c0", "bump").datamodel["n"] == 10
+    with pytest.raises(sb.InstanceNotFound):                         # the call's own error still escapes
+        host.send("ghost", "bump")
+    results = host.send_many([("c0", "bump"), ("ghost", "bump"), ("c0", "bump")])
+    assert [r.ok for r in results] == [True, False, True]
+    assert isinstance(results[1].error, sb.InstanceNotFound)
+    clock.advance(1000)
+    assert [r.outcome for r in host.fire_due()] == ["fired"]
+    assert host.get("c0").datamodel["n"] == 31                      # every applied event, exactly once
+    assert host.metrics["commits"] + host.metrics["group_commits"] >= 3
+
+    assert faulty.raised >= 6
+    warned = [r for r in caplog.records if r.name == "statebound.tracing"]
+    assert len(warned) == faulty.raised and all(r.exc_info for r in warned)
+    assert all(("untraced" if when == "start" else "outcome stands") in r.getMessage() for r in warned)
+    spans = [s for s in exporter.get_finished_spans() if s.name.startswith("statebound.")]
+    if when == "start":                                              # the calls ran without spans
+        assert spans == []
+    else:                                                            # the other processors still exported
+        assert [s.name for s in spans].count("statebound.send") == 5
+        assert [s.attributes["statebound.outcome"] for s in spans if s.name == "statebound.fire"] == ["fired"]

@@ -18,11 +18,16 @@ Imported only by a host given a tracer, so a host without one never imports Open
   when its unit runs (a child of the span current at the batch call, or linked like a single
   fire), run the unit inside it, and end it when the item's outcome is known, after its
   group's commit; the span covers the wait for that commit too.
+* Telemetry never changes a call's result. A span processor or exporter that raises while a
+  span starts or ends is logged (``statebound.tracing``, a warning with the traceback) and
+  the call goes on, untraced if its span could not start: by the time a span ends, the
+  call's commit has landed, and an error raised then would tell the caller it had not.
 """
 
 from __future__ import annotations
 
 import contextvars
+import logging
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import replace
@@ -40,6 +45,7 @@ TRACEPARENT = "traceparent"
 _PROPAGATOR = TraceContextTextMapPropagator()
 #: set while a traced call runs its untraced body, so the body is not traced twice
 _INSIDE: contextvars.ContextVar[bool] = contextvars.ContextVar("statebound_traced", default=False)
+log = logging.getLogger("statebound.tracing")
 
 
 class Tracing:
@@ -94,19 +100,42 @@ class Tracing:
                 span.set_attribute("statebound.revision", revision)
 
     # ------------------------------------------------------------------ spans
-    @contextmanager
-    def _span(self, op: str, instance_id: str, event: str | None,
-              links: list[trace.Link] | None = None) -> Iterator[trace.Span]:
+    def _start(self, op: str, instance_id: str, event: str | None,
+               links: list[trace.Link] | None) -> trace.Span:
+        """A started span (not current), or the invalid span when the SDK fails to start one."""
         attributes = {"statebound.instance": instance_id}
         if event is not None:
             attributes["statebound.event"] = event
-        with self.tracer.start_as_current_span(f"statebound.{op}", kind=trace.SpanKind.INTERNAL,
-                                               attributes=attributes, links=links or None) as span:
-            try:
-                yield span
-            except BaseException as exc:
-                span.set_attribute("statebound.outcome", type(exc).__name__)
-                raise
+        try:
+            return self.tracer.start_span(f"statebound.{op}", kind=trace.SpanKind.INTERNAL,
+                                          attributes=attributes, links=links or None)
+        except Exception:  # a span processor's on_start, or the sampler
+            log.warning("starting span statebound.%s failed; the call runs untraced", op, exc_info=True)
+            return trace.INVALID_SPAN
+
+    @staticmethod
+    def _finish(span: trace.Span) -> None:
+        # on_end runs the processors (and a simple processor's exporter) right here, after the
+        # call's commit landed: what they raise is theirs to report, not the call's
+        try:
+            span.end()
+        except Exception:
+            log.warning("ending span %s failed; the call's outcome stands", getattr(span, "name", "?"),
+                        exc_info=True)
+
+    @contextmanager
+    def _span(self, op: str, instance_id: str, event: str | None,
+              links: list[trace.Link] | None = None) -> Iterator[trace.Span]:
+        span = self._start(op, instance_id, event, links)
+        try:
+            with trace.use_span(span, end_on_exit=False):
+                try:
+                    yield span
+                except BaseException as exc:
+                    span.set_attribute("statebound.outcome", type(exc).__name__)
+                    raise
+        finally:
+            self._finish(span)
 
     def call(self, op: str, instance_id: str, event: str | None, body: Callable[[Any], Any],
              caller_context: Any = None) -> Any:
@@ -126,11 +155,7 @@ class Tracing:
              links: list[trace.Link] | None = None) -> tuple[trace.Span, Any]:
         """Start the span of one batch item (not current, not ended) and return it with the
         item's caller context carrying its traceparent; :meth:`end` finishes it."""
-        attributes = {"statebound.instance": instance_id}
-        if event is not None:
-            attributes["statebound.event"] = event
-        span = self.tracer.start_span(f"statebound.{op}", kind=trace.SpanKind.INTERNAL, attributes=attributes,
-                                      links=links or None)
+        span = self._start(op, instance_id, event, links)
         with trace.use_span(span, end_on_exit=False):
             return span, self.carry(caller_context)
 
@@ -155,15 +180,15 @@ class Tracing:
             if token is not None:
                 _INSIDE.reset(token)
 
-    @staticmethod
-    def end(span: trace.Span, outcome: str, error: BaseException | None = None) -> None:
+    @classmethod
+    def end(cls, span: trace.Span, outcome: str, error: BaseException | None = None) -> None:
         """Finish a batch item's span with its outcome (``ok``, a fire's) or its error."""
         if error is not None:
             span.record_exception(error)
             span.set_status(trace.Status(trace.StatusCode.ERROR, f"{type(error).__name__}: {error}"))
             outcome = type(error).__name__
         span.set_attribute("statebound.outcome", outcome)
-        span.end()
+        cls._finish(span)
 
     def fire(self, row: TimerRow, body: Callable[[TimerRow], Any]) -> Any:
         """Fire ``row`` through ``body`` inside a span linked to the span that armed it."""
