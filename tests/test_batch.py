@@ -178,8 +178,10 @@ def test_every_item_gets_its_own_typed_error_and_the_rest_apply(kind, tmp_path):
         ("ok", "good"),                          # 9
     ])
     errors = [type(r.error) for r in results]
-    assert errors == [sb.InstanceNotFound, sb.NotRunning, sb.InvalidBatchItem, sb.InvalidBatchItem, ValueError,
-                      TypeError, sb.InvalidBatchItem, sb.SerializationError, sb.InvalidInstanceId, type(None)]
+    assert errors == [sb.InstanceNotFound, sb.NotRunning, sb.InvalidBatchItem, sb.InvalidBatchItem,
+                      sb.InvalidArgument, sb.InvalidArgument, sb.InvalidBatchItem, sb.SerializationError,
+                      sb.InvalidInstanceId, type(None)]
+    assert isinstance(results[4].error, ValueError) and isinstance(results[5].error, TypeError)   # as before
     assert [r.index for r in results] == list(range(10))
     assert results[0].instance_id == "ghost" and results[3].instance_id is None
     assert results[2].error.index == 2

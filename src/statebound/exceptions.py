@@ -8,13 +8,15 @@ so a host can catch the whole family in one clause and still tell the cases apar
     │   ├── ChartSyntaxError          malformed or hostile XML (line, column)
     │   ├── ChartValidationError      a well-formed document that breaks the rules (all problems)
     │   │   └── ChartPolicyError      ... or the load policy: src containment, trust (docs/security.md)
-    │   └── InvalidTrustLevel         trust= is neither "trusted" nor "untrusted" (also a ValueError)
+    │   ├── InvalidTrustLevel         trust= is neither "trusted" nor "untrusted" (also a ValueError)
+    │   └── UnknownState              Chart.state() of an id the chart lacks (also a KeyError)
     ├── EvaluationError               an expression failed (internal: becomes error.execution)
     ├── NotRunning                    drive/send on a halted position or instance
     ├── BudgetExceeded                start() did not settle within max_rounds
     ├── SerializationError            a value that cannot be stored (msgpack/cbor)
     ├── InvalidJSON                   input that is not strict JSON (NaN and Infinity included)
     ├── InvalidEvent                  an event that is not an Event or a non-empty name
+    ├── InvalidArgument               an argument the API cannot use (also a TypeError and ValueError)
     ├── PositionError                 a blob that cannot be loaded
     │   ├── NotAPosition
     │   ├── UnsupportedFormatVersion
@@ -34,7 +36,7 @@ so a host can catch the whole family in one clause and still tell the cases apar
     └── StoreError                    anything a backend could not do
         ├── ConflictError             optimistic version check failed
         ├── ItemTooLarge              a position or commit over the backend's limit
-        ├── InvalidInstanceId         an id the backend cannot key (empty, unencodable, too long)
+        ├── InvalidInstanceId         an id the host or backend cannot use (empty, '::', too long)
         ├── StoreUnavailable          the backend failed (throttled past retries, I/O error)
         └── InvalidStoreURL           open_store() was given a URL it cannot open
 
@@ -55,6 +57,7 @@ __all__ = [
     "ChartValidationError",
     "ChartPolicyError",
     "InvalidTrustLevel",
+    "UnknownState",
     "Problem",
     "EvaluationError",
     "NotRunning",
@@ -62,6 +65,7 @@ __all__ = [
     "SerializationError",
     "InvalidJSON",
     "InvalidEvent",
+    "InvalidArgument",
     "PositionError",
     "NotAPosition",
     "UnsupportedFormatVersion",
@@ -169,6 +173,23 @@ class InvalidTrustLevel(ChartError, ValueError):
     """
 
 
+class UnknownState(ChartError, KeyError):
+    """:meth:`Chart.state <statebound.Chart.state>` was asked for an id the chart has no
+    state for. A ``KeyError`` too, as it was before it had a class of its own.
+
+    :ivar chart: the chart's name.
+    :ivar state_id: the id asked for.
+    """
+
+    def __init__(self, chart: str, state_id: object) -> None:
+        self.chart = chart
+        self.state_id = state_id
+        super().__init__(f"chart {chart!r} has no state {state_id!r}")
+
+    def __str__(self) -> str:  # KeyError's would quote the message
+        return str(self.args[0])
+
+
 # --------------------------------------------------------------------------- running
 
 
@@ -218,6 +239,19 @@ class InvalidEvent(StateboundError, TypeError, ValueError):
     :class:`~statebound.Event` nor an event name, or its name is not a non-empty string.
     Nothing is driven or written. A ``TypeError`` and a ``ValueError`` too, as it was
     before it had a class of its own.
+    """
+
+
+class InvalidArgument(StateboundError, TypeError, ValueError):
+    """An argument statebound's API cannot use, refused before anything was done: a
+    setting of the wrong type or out of range (a limit, a lease, a batch size), start data
+    that is not a map of variable names, an idempotency key that is empty or too long, an
+    invoke token of another invocation, a clock moved backwards, or a wake-up message that
+    is not one.
+
+    A ``TypeError`` and a ``ValueError`` too, as those calls raised before it had a class
+    of its own, so ``except ValueError`` (or ``TypeError``) around them still works. The
+    message says which argument and why.
     """
 
 
@@ -423,12 +457,14 @@ class ItemTooLarge(StoreError):
 
 
 class InvalidInstanceId(StoreError, ValueError):
-    """An instance id the backend cannot store as a key. Nothing was read or written.
+    """An instance id the host or the backend cannot use. Nothing was read or written.
 
     Every store refuses an id that is not a non-empty string or is not valid Unicode (a
     lone surrogate cannot be encoded as UTF-8); a backend with a key-size limit also
-    refuses ids over it (DynamoDB: ``statebound.dynamodb.MAX_INSTANCE_ID_BYTES``). It is
-    a ``ValueError`` too, so a caller validating input can treat it as bad input.
+    refuses ids over it (DynamoDB: ``statebound.dynamodb.MAX_INSTANCE_ID_BYTES``). A host
+    also refuses, at ``start``, an id over 512 characters or one holding ``::`` (kept for
+    invoked children). It is a ``ValueError`` too, so a caller validating input can treat
+    it as bad input.
 
     :ivar instance_id: the refused id (possibly not a string).
     :ivar reason: why, in a few words.

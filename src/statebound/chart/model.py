@@ -14,6 +14,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..exceptions import UnknownState
+
 __all__ = [
     "Expr", "Param", "Action", "Raise", "SendAction", "CancelAction", "Assign", "LogAction",
     "If", "Foreach", "Script", "Block", "DataSpec", "InvokeSpec", "DoneData", "TimeoutSpec",
@@ -311,12 +313,12 @@ class Chart:
     def state(self, id: str) -> StateNode:
         """Return the state with this id.
 
-        :raises KeyError: if the chart has no such state.
+        :raises UnknownState: if the chart has no such state (a ``KeyError`` too).
         """
         try:
             return self.states[self._by_id[id]]
         except KeyError:
-            raise KeyError(f"chart {self.name!r} has no state {id!r}") from None
+            raise UnknownState(self.name, id) from None
 
     def has_state(self, id: str) -> bool:
         """True if a state with this id exists."""

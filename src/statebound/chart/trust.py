@@ -27,7 +27,7 @@ import re
 import stat
 from dataclasses import dataclass
 
-from ..exceptions import ChartError, ChartPolicyError, InvalidTrustLevel, Problem
+from ..exceptions import ChartError, ChartPolicyError, InvalidArgument, InvalidTrustLevel, Problem
 from .xml import MAX_DOCUMENT_BYTES, MAX_ELEMENTS
 
 __all__ = ["TRUSTED", "UNTRUSTED", "TRUST_LEVELS", "UNTRUSTED_DATAMODELS", "check_trust", "roots_for",
@@ -63,7 +63,7 @@ def roots_for(base_path: str | None, allow_dirs: object = ()) -> tuple[str, ...]
     Paths are made real (symlinks resolved) once, here, so later checks compare like with like.
     """
     if isinstance(allow_dirs, (str, bytes, os.PathLike)):
-        raise TypeError("allow_dirs is a list of directories, not one path")
+        raise InvalidArgument("allow_dirs is a list of directories, not one path")
     roots: list[str] = []
     for d in ([base_path] if base_path is not None else []) + list(allow_dirs or ()):  # type: ignore[call-overload]
         real = os.path.realpath(os.fspath(d))

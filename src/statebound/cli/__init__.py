@@ -25,8 +25,9 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from ..exceptions import (ChartError, InstanceExists, InstanceNotFound, InstanceSuspended, InvalidEvent, InvalidStoreURL,
-                          InvalidTrustLevel, NotRunning, PositionError, StateboundError, UnknownChart)
+from ..exceptions import (ChartError, InstanceExists, InstanceNotFound, InstanceSuspended, InvalidArgument, InvalidEvent,
+                          InvalidInstanceId, InvalidStoreURL, InvalidTrustLevel, NotRunning, PositionError,
+                          StateboundError, UnknownChart)
 from . import blobs, charts, drive, dynamodb, history, instances, migrate, timers
 from ._store import default_store
 from ._base import (EXIT_ERROR, EXIT_EXISTS, EXIT_NOT_FOUND, EXIT_NOT_RUNNING, EXIT_SUSPENDED, EXIT_USAGE,
@@ -63,7 +64,8 @@ def build_parser() -> argparse.ArgumentParser:
 # usage errors first: InvalidTrustLevel is a ChartError too
 _CODES = ((InvalidEvent, EXIT_USAGE), (InvalidTrustLevel, EXIT_USAGE), (InstanceNotFound, EXIT_NOT_FOUND), (UnknownChart, EXIT_NOT_FOUND), (InstanceExists, EXIT_EXISTS),
           (NotRunning, EXIT_NOT_RUNNING), (ChartError, EXIT_ERROR), (PositionError, EXIT_ERROR),
-          (InvalidStoreURL, EXIT_USAGE), (InstanceSuspended, EXIT_SUSPENDED))
+          (InvalidStoreURL, EXIT_USAGE), (InstanceSuspended, EXIT_SUSPENDED),
+          (InvalidArgument, EXIT_USAGE), (InvalidInstanceId, EXIT_USAGE))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -88,7 +90,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
     except BrokenPipeError:
         return 0
-    except ValueError as exc:  # e.g. an instance id the host refuses ('::', empty, too long)
+    except ValueError as exc:  # a ValueError from outside the library, as before
         print(f"statebound: error: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}",
               file=sys.stderr)
         return EXIT_USAGE

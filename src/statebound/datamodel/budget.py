@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import time
 
+from ..exceptions import InvalidArgument
+
 __all__ = ["Budget", "BudgetSpent", "DEFAULT_CPU_MS", "DEFAULT_MEMORY_BYTES", "ITEM_BYTES"]
 
 #: CPU one drive (one host call, with a host) may use when nothing else is said.
@@ -58,9 +60,9 @@ class Budget:
 
     def __init__(self, cpu_ms: int | None = DEFAULT_CPU_MS, memory_bytes: int | None = DEFAULT_MEMORY_BYTES) -> None:
         if cpu_ms is not None and (type(cpu_ms) is not int or cpu_ms < 1):
-            raise ValueError(f"cpu_ms must be a positive int or None, not {cpu_ms!r}")
+            raise InvalidArgument(f"cpu_ms must be a positive int or None, not {cpu_ms!r}")
         if memory_bytes is not None and (type(memory_bytes) is not int or memory_bytes < 1024 * 1024):
-            raise ValueError(f"memory_bytes must be at least 1 MiB (or None), not {memory_bytes!r}")
+            raise InvalidArgument(f"memory_bytes must be at least 1 MiB (or None), not {memory_bytes!r}")
         self.cpu_ms = cpu_ms
         self.memory_bytes = memory_bytes
         self.max_items = None if memory_bytes is None else memory_bytes // ITEM_BYTES

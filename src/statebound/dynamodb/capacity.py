@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import math
 
+from ..exceptions import InvalidArgument
+
 __all__ = ["PARTITION_WCU", "PARTITION_RCU", "index_wcu_per_s", "recommended_shards"]
 
 #: Write units per second DynamoDB serves on one partition key.
@@ -34,7 +36,7 @@ def index_wcu_per_s(fires_per_s: float, arms_per_s: float | None = None, cancels
     """Due-index write units per second for a load (``arms_per_s`` defaults to
     ``fires_per_s + cancels_per_s``: in steady state every row armed leaves again)."""
     if min(fires_per_s, cancels_per_s, row_kb) < 0 or (arms_per_s is not None and arms_per_s < 0):
-        raise ValueError("rates and sizes must not be negative")
+        raise InvalidArgument("rates and sizes must not be negative")
     arms = fires_per_s + cancels_per_s if arms_per_s is None else arms_per_s
     return (arms + fires_per_s + cancels_per_s) * max(1, math.ceil(row_kb))
 
@@ -45,6 +47,6 @@ def recommended_shards(fires_per_s: float, arms_per_s: float | None = None, canc
     ``headroom`` of :data:`PARTITION_WCU`, and at least ``minimum`` (leases spread shards
     over sweepers, so more shards also allow more sweepers)."""
     if not 0 < headroom <= 1 or minimum < 1:
-        raise ValueError("headroom must be in (0, 1] and minimum >= 1")
+        raise InvalidArgument("headroom must be in (0, 1] and minimum >= 1")
     wcu = index_wcu_per_s(fires_per_s, arms_per_s, cancels_per_s, row_kb=row_kb)
     return max(minimum, math.ceil(wcu / (PARTITION_WCU * headroom)))

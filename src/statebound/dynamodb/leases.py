@@ -41,7 +41,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..exceptions import ConflictError, StoreError
+from ..exceptions import ConflictError, InvalidArgument, StoreError
 from ..host.clock import Clock, SystemClock
 from ._codec import N, S
 from ._errors import call
@@ -83,7 +83,7 @@ class ShardLeases:
     def __init__(self, client: Any, table_name: str, node_id: str, shards: int, lease_ms: int,
                  clock: Clock | None = None, *, retries: int = 4, renew_ms: int | None = None) -> None:
         if shards < 1 or lease_ms < 1:
-            raise ValueError("shards and lease_ms must be positive")
+            raise InvalidArgument("shards and lease_ms must be positive")
         self.client = client
         self.table_name = table_name
         self.node_id = node_id
@@ -91,7 +91,7 @@ class ShardLeases:
         self.lease_ms = lease_ms
         self.renew_ms = renew_ms if renew_ms is not None else max(1, lease_ms // 3)
         if not 0 < self.renew_ms < lease_ms:
-            raise ValueError("renew_ms must be positive and shorter than lease_ms")
+            raise InvalidArgument("renew_ms must be positive and shorter than lease_ms")
         self.clock: Clock = clock if clock is not None else SystemClock()
         self._retries = retries
         self._held: set[int] = set()

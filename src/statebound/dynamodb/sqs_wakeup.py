@@ -27,7 +27,7 @@ from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from ..exceptions import InvalidInstanceId, StoreUnavailable
+from ..exceptions import InvalidArgument, InvalidInstanceId, StoreUnavailable
 from ..host.wakeup import WakeupRequest
 from ._codec import check_id
 
@@ -56,21 +56,21 @@ def decode_wakeup(body: str) -> list[WakeupRequest]:
     try:
         data = json.loads(body, parse_constant=_refuse)
         if data.get("statebound") != _MARK or data.get("v") != 1:
-            raise ValueError("not a statebound wake-up (v1)")
+            raise InvalidArgument("not a statebound wake-up (v1)")
         return [_request(row) for row in data["rows"]]
     except (AttributeError, KeyError, TypeError, json.JSONDecodeError, InvalidInstanceId) as exc:
-        raise ValueError(f"malformed wake-up message: {exc}") from exc
+        raise InvalidArgument(f"malformed wake-up message: {exc}") from exc
 
 
 def _request(row: Any) -> WakeupRequest:
     iid, ordinal, due = row
     if not all(type(n) is int for n in (ordinal, due)):
-        raise ValueError(f"a row's ordinal and due time must be integers, not {ordinal!r} and {due!r}")
+        raise InvalidArgument(f"a row's ordinal and due time must be integers, not {ordinal!r} and {due!r}")
     return WakeupRequest(check_id(iid), ordinal, due)
 
 
 def _refuse(token: str) -> Any:
-    raise ValueError(f"{token} is not JSON")
+    raise InvalidArgument(f"{token} is not JSON")
 
 
 class SQSWakeup:

@@ -65,7 +65,7 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from ..exceptions import ConflictError, ItemTooLarge, StateboundError, StoreError
+from ..exceptions import ConflictError, InvalidArgument, ItemTooLarge, StateboundError, StoreError
 from ..host.store import (CLAIMED, DEAD, DONE, PENDING, WAITING, Commit, PositionRecord, PositionWrite,
                           TimerCompletion, TimerKey, TimerRow, commit_instance_ids)
 from . import _batch
@@ -157,12 +157,12 @@ class DynamoStore:
                  **retired: Any) -> None:
         unknown = set(retired) - set(_RETIRED)
         if unknown:
-            raise TypeError(f"DynamoStore got unexpected argument(s) {sorted(unknown)}")
+            raise InvalidArgument(f"DynamoStore got unexpected argument(s) {sorted(unknown)}")
         if retired:
             warnings.warn(f"DynamoStore: {sorted(retired)} belonged to 0.1's bucketed sweep and are "
                           "ignored; see fallback_ms", DeprecationWarning, stacklevel=2)
         if shards < 1 or retries < 1 or fallback_ms < 1:
-            raise ValueError("shards, retries and fallback_ms must be positive")
+            raise InvalidArgument("shards, retries and fallback_ms must be positive")
         self.table_name = table_name
         self.client = client if client is not None else _table.default_client()
         self.shards = shards

@@ -5,6 +5,8 @@ from __future__ import annotations
 import time
 from typing import Protocol, runtime_checkable
 
+from ..exceptions import InvalidArgument
+
 __all__ = ["Clock", "SystemClock", "ManualClock"]
 
 
@@ -50,14 +52,14 @@ class ManualClock:
     def advance(self, ms: int) -> int:
         """Move forward by ``ms`` milliseconds; returns the new time. Refuses to go back."""
         if ms < 0:
-            raise ValueError("ManualClock cannot move backwards")
+            raise InvalidArgument("ManualClock cannot move backwards")
         self._now += int(ms)
         return self._now
 
     def set(self, now_ms: int) -> int:
         """Jump to ``now_ms``; refuses to go back in time."""
         if now_ms < self._now:
-            raise ValueError(f"ManualClock cannot move backwards ({now_ms} < {self._now})")
+            raise InvalidArgument(f"ManualClock cannot move backwards ({now_ms} < {self._now})")
         self._now = int(now_ms)
         return self._now
 

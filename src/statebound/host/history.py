@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..effects import BudgetExhausted, Cancel, CancelInvoke, Done, Invoke, Log, Send, SendDelayed
 from ..events import Event
-from ..exceptions import StateboundError
+from ..exceptions import InvalidArgument, StateboundError
 from ..interpreter import Position
 from ..position import import_
 from .routing import stamp
@@ -56,12 +56,12 @@ def policy(history: bool | int, ttl_s: int | None) -> HistoryPolicy | None:
         on = history or ttl_s is not None
     elif isinstance(history, int):
         if history < 1:
-            raise ValueError("history= takes True, False or a number of records to keep (>= 1)")
+            raise InvalidArgument("history= takes True, False or a number of records to keep (>= 1)")
         keep, on = history, True
     else:
-        raise TypeError(f"history= takes a bool or an int, not {type(history).__name__}")
+        raise InvalidArgument(f"history= takes a bool or an int, not {type(history).__name__}")
     if ttl_s is not None and ttl_s < 1:
-        raise ValueError("history_ttl_s must be at least 1 second")
+        raise InvalidArgument("history_ttl_s must be at least 1 second")
     return HistoryPolicy(keep, ttl_s) if on else None
 
 

@@ -41,8 +41,9 @@ from ..chart.compiler import compile_src_child
 from ..chart.model import Chart
 from ..datamodel.budget import DEFAULT_CPU_MS, DEFAULT_MEMORY_BYTES, Budget
 from ..events import Event
-from ..exceptions import (IdempotencyKeyReused, InstanceExists, InstanceNotFound, InstanceSuspended, InvalidBatchItem,
-                          InvalidEvent, NotRunning, PositionError, StateboundError, UnknownChart)
+from ..exceptions import (IdempotencyKeyReused, InstanceExists, InstanceNotFound, InstanceSuspended, InvalidArgument,
+                          InvalidBatchItem, InvalidEvent, InvalidInstanceId, NotRunning, PositionError, StateboundError,
+                          UnknownChart)
 from ..interpreter import Interpreter, Position
 from ..interpreter.state import RUNNING
 from ..position import read_header
@@ -164,7 +165,7 @@ class Host:
         self.http_base = http_base.rstrip("/") if http_base else None
         self._locations: dict[str, tuple[str | None, str]] = {}
         if outbox_lease_ms < 0 or idempotency_retention < 1 or max_batch < 1:
-            raise ValueError("outbox_lease_ms must be >= 0, idempotency_retention and max_batch >= 1")
+            raise InvalidArgument("outbox_lease_ms must be >= 0, idempotency_retention and max_batch >= 1")
         self.max_batch = max_batch
         self.wakeup = wakeup
         #: send processors by type name (see ``processors=``)
@@ -207,7 +208,7 @@ class Host:
         until no position needs it.
         """
         if not isinstance(chart, Chart):
-            raise TypeError(f"register() takes a Chart, not {type(chart).__name__}")
+            raise InvalidArgument(f"register() takes a Chart, not {type(chart).__name__}")
         self._charts[chart.name] = chart
         self._revisions.setdefault(chart.name, {})[chart.identity] = chart
         if chart.identity not in self._interpreters:
@@ -364,10 +365,10 @@ class Host:
         if type(ev.name) is not str or not ev.name:
             raise InvalidEvent(f"an event needs a non-empty name, not {ev.name!r}")
         if isinstance(event, Event) and data is not None:
-            raise TypeError("pass data inside the Event, or pass an event name with data=")
+            raise InvalidArgument("pass data inside the Event, or pass an event name with data=")
         key = idempotency_key if idempotency_key is not None else ev.idempotency_key
         if idempotency_key is not None and ev.idempotency_key not in (None, idempotency_key):
-            raise ValueError("the Event carries another idempotency key than idempotency_key=")
+            raise InvalidArgument("the Event carries another idempotency key than idempotency_key=")
         if key is not None:
             check_key(key)
             ev = replace(ev, idempotency_key=None)   # the chart never sees it
@@ -694,9 +695,9 @@ def _check_storable(value: Any, what: str) -> None:
 
 def _check_id(instance_id: str) -> None:
     if not isinstance(instance_id, str) or not instance_id:
-        raise ValueError("an instance id must be a non-empty string")
+        raise InvalidInstanceId(instance_id, "an instance id must be a non-empty string")
     if len(instance_id) > 512:
-        raise ValueError("an instance id may be at most 512 characters")
+        raise InvalidInstanceId(instance_id, "an instance id may be at most 512 characters")
     if "::" in instance_id:
-        raise ValueError("'::' is reserved for invoked child ids")
+        raise InvalidInstanceId(instance_id, "'::' is reserved for invoked child ids")
 

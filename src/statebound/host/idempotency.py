@@ -17,6 +17,7 @@ import hashlib
 from collections.abc import Sequence
 from typing import Any
 
+from ..exceptions import InvalidArgument
 from ..events import Event
 from .store import KeyRecord, pack_field
 
@@ -59,9 +60,9 @@ def start_fingerprint(chart_name: str, data: Any) -> bytes:
 def check_key(key: Any) -> str:
     """Refuse a key that is not a short, non-empty string."""
     if not isinstance(key, str) or not key:
-        raise ValueError("an idempotency key must be a non-empty string")
+        raise InvalidArgument("an idempotency key must be a non-empty string")
     if len(key) > MAX_KEY_CHARS:
-        raise ValueError(f"an idempotency key may be at most {MAX_KEY_CHARS} characters")
+        raise InvalidArgument(f"an idempotency key may be at most {MAX_KEY_CHARS} characters")
     return key
 
 

@@ -48,7 +48,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..effects import Invoke
 from ..events import BASICHTTP_PROCESSOR, Event
-from ..exceptions import DeliveryRejected, InstanceNotFound, SerializationError
+from ..exceptions import DeliveryRejected, InstanceNotFound, InvalidArgument, SerializationError
 from ..interpreter.state import RUNNING
 from .delivery import drop_ref, next_ordinal
 from .firing import count, release
@@ -83,9 +83,9 @@ def invoke_token(instance_id: str, invokeid: str, generation: int) -> str:
 
 def _check_name(kind: str, name: Any) -> str:
     if not isinstance(name, str) or not name:
-        raise ValueError(f"a {kind} type name must be a non-empty string, not {name!r}")
+        raise InvalidArgument(f"a {kind} type name must be a non-empty string, not {name!r}")
     if name in RESERVED_TYPES:
-        raise ValueError(f"{name!r} is the SCXML or Basic HTTP processor; a {kind} needs another type name")
+        raise InvalidArgument(f"{name!r} is the SCXML or Basic HTTP processor; a {kind} needs another type name")
     return name
 
 
@@ -95,7 +95,7 @@ def check_processors(processors: Mapping[str, Any] | None) -> dict[str, Any]:
     for name, proc in (processors or {}).items():
         _check_name("send processor", name)
         if not callable(getattr(proc, "deliver", None)) and not callable(proc):
-            raise TypeError(f"send processor {name!r} must have a deliver(delivery) method or be callable")
+            raise InvalidArgument(f"send processor {name!r} must have a deliver(delivery) method or be callable")
         out[name] = proc
     return out
 
@@ -106,7 +106,7 @@ def check_invokers(invokers: Mapping[str, Any] | None) -> dict[str, Any]:
     for name, handler in (invokers or {}).items():
         _check_name("invoke handler", name)
         if not callable(getattr(handler, "start", None)):
-            raise TypeError(f"invoke handler {name!r} must have a start(request) method")
+            raise InvalidArgument(f"invoke handler {name!r} must have a start(request) method")
         out[name] = handler
     return out
 
@@ -476,5 +476,5 @@ def _parse_token(token: str, instance_id: str, invokeid: str) -> int:
     prefix = f"{instance_id}:{invokeid}:"
     tail = token[len(prefix):] if isinstance(token, str) and token.startswith(prefix) else ""
     if not tail.isdigit():
-        raise ValueError(f"token {token!r} is not one of invoke {invokeid!r} of instance {instance_id!r}")
+        raise InvalidArgument(f"token {token!r} is not one of invoke {invokeid!r} of instance {instance_id!r}")
     return int(tail)

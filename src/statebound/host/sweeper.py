@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from ..exceptions import StoreUnavailable
+from ..exceptions import InvalidArgument, StoreUnavailable
 from .host import FireResult, Host
 from .runner import wake
 from .store import CLAIMED, PENDING, TimerKey, TimerRow
@@ -124,7 +124,7 @@ class Sweeper:
                  node_id: str | None = None, *, lease_s: float = 30.0, workers: int = 1,
                  wakeups: WakeupSource | None = None) -> None:
         if interval_s <= 0 or batch < 1 or not 0 <= jitter <= 1 or lease_s <= 0 or workers < 1:
-            raise ValueError("interval_s and lease_s must be > 0, batch and workers >= 1 and 0 <= jitter <= 1")
+            raise InvalidArgument("interval_s and lease_s must be > 0, batch and workers >= 1 and 0 <= jitter <= 1")
         self.host = host
         self.interval_s = interval_s
         self.jitter = jitter

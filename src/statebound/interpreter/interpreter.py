@@ -17,8 +17,8 @@ from ..datamodel.base import (SYSTEM_VARIABLES, check_serializable, check_stored
 from ..datamodel.budget import DEFAULT_CPU_MS, DEFAULT_MEMORY_BYTES, ITEM_BYTES, Budget, BudgetSpent
 from ..effects import BudgetExhausted, Effect
 from ..events import SCXML_PROCESSOR, Event
-from ..exceptions import (BudgetExceeded, ChartIdentityMismatch, EvaluationError, InvalidEvent, NotRunning,
-                          SerializationError)
+from ..exceptions import (BudgetExceeded, ChartIdentityMismatch, EvaluationError, InvalidArgument, InvalidEvent,
+                          NotRunning, SerializationError)
 from .algorithm import Machine, OutOfRounds, _put
 from .program import program_for
 from .state import CANCELLED, DONE, RUNNING, Position, advance, make_position, restamped
@@ -39,10 +39,10 @@ def _check_start_data(data: Mapping[str, Any] | None, datamodel: str,
     if not data:
         return None
     if not isinstance(data, Mapping):
-        raise TypeError(f"start data must be a mapping, not {type(data).__name__}")
+        raise InvalidArgument(f"start data must be a mapping, not {type(data).__name__}")
     for k, v in data.items():
         if not isinstance(k, str) or not k.isidentifier() or k in SYSTEM_VARIABLES or k.startswith("__"):
-            raise ValueError(f"start data key {k!r} is not a usable variable name")
+            raise InvalidArgument(f"start data key {k!r} is not a usable variable name")
         try:
             check_serializable(v, f"start data {k!r}")
         except EvaluationError as exc:
@@ -118,9 +118,9 @@ class Interpreter:
     def __init__(self, chart: Chart, *, max_rounds: int = 10_000, max_cpu_ms: int | None = DEFAULT_CPU_MS,
                  max_memory_bytes: int | None = DEFAULT_MEMORY_BYTES, static_path: bool = True) -> None:
         if not isinstance(chart, Chart):
-            raise TypeError(f"Interpreter needs a Chart, not {type(chart).__name__}")
+            raise InvalidArgument(f"Interpreter needs a Chart, not {type(chart).__name__}")
         if max_rounds < 1:
-            raise ValueError("max_rounds must be at least 1")
+            raise InvalidArgument("max_rounds must be at least 1")
         Budget(max_cpu_ms, max_memory_bytes)  # refuse bad limits now, not at the first drive
         self.chart = chart
         self.max_rounds = max_rounds
@@ -286,7 +286,7 @@ class Interpreter:
         if budget is None:
             return Budget.unchecked(self.max_cpu_ms, self.max_memory_bytes)
         if not isinstance(budget, Budget):
-            raise TypeError(f"budget must be a Budget, not {type(budget).__name__}")
+            raise InvalidArgument(f"budget must be a Budget, not {type(budget).__name__}")
         return budget.start()
 
     # ------------------------------------------------------------------ the static path

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from ...chart.model import Chart
+from ...exceptions import InvalidArgument
 
 __all__ = ["Limits", "DEFAULT_LIMITS", "set_limits", "get_limits", "set_default_limits"]
 
@@ -26,11 +27,11 @@ class Limits:
 
     def __post_init__(self) -> None:
         if self.memory_bytes < 1024 * 1024:
-            raise ValueError("memory_bytes must be at least 1 MiB")
+            raise InvalidArgument("memory_bytes must be at least 1 MiB")
         if self.time_ms < 1:
-            raise ValueError("time_ms must be at least 1")
+            raise InvalidArgument("time_ms must be at least 1")
         if self.stack_bytes < 64 * 1024:
-            raise ValueError("stack_bytes must be at least 64 KiB")
+            raise InvalidArgument("stack_bytes must be at least 64 KiB")
 
 
 #: The limits of charts that were given none.
@@ -42,7 +43,7 @@ def set_default_limits(limits: Limits) -> None:
     """Change the limits of every chart that has none of its own."""
     global DEFAULT_LIMITS
     if not isinstance(limits, Limits):
-        raise TypeError("set_default_limits takes a Limits")
+        raise InvalidArgument("set_default_limits takes a Limits")
     DEFAULT_LIMITS = limits
 
 
