@@ -17,6 +17,17 @@ What goes in, and why this way rather than ``sam build`` over a requirements fil
   ``--no-deps`` and ``--only-binary`` for manylinux/arm64 and the runtime's Python, so the
   build is the same on any machine and nothing unlisted comes in.
 
+* **Bytecode for the runtime's Python.** Lambda's code directory is read-only, so a
+  package without ``.pyc`` files makes every cold start compile statebound (and the pure
+  Python wheels) from source, and the compiled code is thrown away with the environment.
+  The script compiles the whole package with a Python of the runtime's version
+  (``python3.13`` on ``PATH``, or ``--compile-with``), as unchecked-hash ``.pyc`` files:
+  used without looking at the sources' mtimes, which a zip rounds to two seconds. Measured
+  on this build with Python 3.13 (three fresh processes each, no bytecode written):
+  importing statebound and its ``Host`` took 207-250 ms from source and 114-121 ms from the
+  bytecode, and Powertools' ``Logger`` and ``Metrics`` 82-89 ms against 15-19 ms. With no
+  such Python the build goes on without bytecode and says so.
+
 The handler modules and ``charts/`` (every revision) are copied beside the packages.
 """
 
@@ -85,6 +96,46 @@ def install(out: Path, wheel: Path, requirements: Path, *, platform: str = PLATF
     shutil.rmtree(out / "bin", ignore_errors=True)
 
 
+def find_python(version: str) -> str | None:
+    """An interpreter of ``version`` (``"3.13"``) to compile with: this one, or a working
+    ``python3.13`` on ``PATH`` (a version manager's shim may be there and not run)."""
+    if f"{sys.version_info.major}.{sys.version_info.minor}" == version:
+        return sys.executable
+    found = shutil.which(f"python{version}")
+    return found if found is not None and _version_of(found) == version else None
+
+
+def _version_of(python: str) -> str | None:
+    try:
+        done = subprocess.run([python, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
+                              capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return done.stdout.strip() if done.returncode == 0 else None
+
+
+def compile_bytecode(out: Path, python: str, version: str) -> int:
+    """Compile every module in ``out`` with ``python`` (of ``version``) as unchecked-hash
+    ``.pyc`` files; returns how many there are.
+
+    :raises PackagingError: ``python`` does not run or is not of ``version``, or a module
+        does not compile.
+    """
+    found = _version_of(python)
+    if found != version:
+        raise PackagingError(f"{python} is {'Python ' + found if found else 'not a working Python'}; "
+                             f"the runtime's bytecode needs Python {version}")
+    # -j0: one worker per core; -q: errors only; a module that fails to compile fails the build
+    subprocess.run([python, "-m", "compileall", "-q", "-j0", "--invalidation-mode", "unchecked-hash", str(out)],
+                   check=True, stdout=subprocess.DEVNULL)
+    return len(list(out.rglob(f"*.{_cache_tag(version)}.pyc")))
+
+
+def _cache_tag(version: str) -> str:
+    major, minor = version.split(".")
+    return f"cpython-{major}{minor}"
+
+
 def copy_sources(out: Path) -> None:
     """The handler modules and every chart revision."""
     for name in HANDLER_FILES:
@@ -119,11 +170,13 @@ def verify(out: Path, wheel: Path | None = None) -> dict[str, object]:
     return {"statebound": version, "source": source.name, "bytes": size}
 
 
-def write_zip(out: Path, target: Path) -> int:
-    """Zip the build as Lambda would receive it; returns the zip's size in bytes."""
+def write_zip(out: Path, target: Path, python: str = PYTHON) -> int:
+    """Zip the build as Lambda would receive it, with the bytecode of the runtime's Python
+    ``python`` and no other; returns the zip's size in bytes."""
+    tag = f".{_cache_tag(python)}.pyc"
     with zipfile.ZipFile(target, "w", zipfile.ZIP_DEFLATED) as z:
         for p in sorted(out.rglob("*")):
-            if p.is_file() and "__pycache__" not in p.parts:
+            if p.is_file() and ("__pycache__" not in p.parts or p.name.endswith(tag)):
                 z.write(p, p.relative_to(out).as_posix())
     return target.stat().st_size
 
@@ -136,6 +189,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--platform", default=PLATFORM)
     p.add_argument("--python-version", default=PYTHON)
     p.add_argument("--zip", type=Path, help="also write the zip Lambda would receive here, and report its size")
+    p.add_argument("--compile-with", metavar="PYTHON",
+                   help="the interpreter (of --python-version) that compiles the bytecode; 'none' for no bytecode "
+                        "(default: this one if its version matches, else python<version> on PATH)")
     args = p.parse_args(argv)
     try:
         pinned_requirements(args.requirements)
@@ -147,8 +203,17 @@ def main(argv: list[str] | None = None) -> int:
             install(args.out, wheel, args.requirements, platform=args.platform, python=args.python_version)
             copy_sources(args.out)
             found = verify(args.out, wheel)
+        python = find_python(args.python_version) if args.compile_with is None else (
+            None if args.compile_with == "none" else args.compile_with)
+        if python is None:
+            if args.compile_with is None:
+                print(f"package.py: no python{args.python_version} found, so no bytecode: every cold start will "
+                      "compile the modules (see --compile-with)", file=sys.stderr)
+            found["pyc_files"] = 0
+        else:
+            found["pyc_files"] = compile_bytecode(args.out, python, args.python_version)
         if args.zip:
-            found["zip_bytes"] = write_zip(args.out, args.zip)
+            found["zip_bytes"] = write_zip(args.out, args.zip, args.python_version)
     except (PackagingError, subprocess.CalledProcessError) as exc:
         print(f"package.py: {exc}", file=sys.stderr)
         return 1

@@ -7,6 +7,9 @@ from __future__ import annotations
 import importlib.metadata as metadata
 import importlib.util
 import json
+import subprocess
+import sys
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -63,7 +66,8 @@ def test_the_package_holds_the_local_build_and_no_botocore(package, tmp_path):
     empty = tmp_path / "none.txt"
     empty.write_text("")
     out = tmp_path / "build"
-    assert package.main(["--out", str(out), "--requirements", str(empty), "--zip", str(tmp_path / "fn.zip")]) == 0
+    assert package.main(["--out", str(out), "--requirements", str(empty), "--zip", str(tmp_path / "fn.zip"),
+                         "--compile-with", "none"]) == 0
     found = package.verify(out)
     assert found["source"].startswith("statebound-") and found["source"].endswith(".whl")
     assert found["statebound"] == metadata.version("statebound")
@@ -103,3 +107,59 @@ def test_verify_refuses_a_wheel_other_than_the_local_build(package, tmp_path):
     _fake_install(tmp_path, direct_url="file:///elsewhere/statebound-9.9.9-py3-none-any.whl")
     with pytest.raises(package.PackagingError, match="not from the local build"):
         package.verify(tmp_path, Path("/tmp/build/statebound-0.1.0-py3-none-any.whl"))
+
+
+HERE_VERSION = f"{sys.version_info.major}.{sys.version_info.minor}"
+#: counts the modules compiled from source under a directory while importing the host and the DynamoDB store
+COLD_IMPORT = """
+import sys
+root = sys.argv[1]
+compiled = []
+sys.addaudithook(lambda ev, args: ev == "compile" and isinstance(args[1], str) and args[1].startswith(root)
+                 and compiled.append(args[1]))
+sys.path.insert(0, root)
+import statebound
+from statebound import Host
+import statebound.dynamodb
+assert statebound.__file__.startswith(root), statebound.__file__
+print(len(compiled))
+"""
+
+
+def _cold_compiles(build: Path) -> int:
+    # -I: no user site or PYTHON* variables; -B: no .pyc written, as on Lambda's read-only code directory
+    site = [p for p in sys.path if p.endswith("site-packages")]
+    code = f"import sys; sys.path[:0] = {site!r}\n" + COLD_IMPORT
+    done = subprocess.run([sys.executable, "-I", "-B", "-c", code, str(build)], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    return int(done.stdout.strip())
+
+
+def test_the_package_carries_bytecode_of_the_runtimes_python_so_a_cold_start_compiles_nothing(package, tmp_path):
+    empty = tmp_path / "none.txt"
+    empty.write_text("")
+    plain, built = tmp_path / "plain", tmp_path / "build"
+    common = ["--requirements", str(empty), "--python-version", HERE_VERSION]
+    assert package.main(["--out", str(plain), *common, "--compile-with", "none"]) == 0
+    assert package.main(["--out", str(built), *common, "--compile-with", sys.executable,
+                         "--zip", str(tmp_path / "fn.zip")]) == 0
+    tag = sys.implementation.cache_tag
+    modules = sorted(p for p in (built / "statebound").rglob("*.py"))
+    assert len(modules) > 50
+    for src in modules:                                     # every module, as an unchecked-hash .pyc
+        pyc = src.parent / "__pycache__" / f"{src.stem}.{tag}.pyc"
+        head = pyc.read_bytes()[:8]
+        assert head[:4] == importlib.util.MAGIC_NUMBER and int.from_bytes(head[4:8], "little") == 0b01, src
+    assert _cold_compiles(plain) > 50                       # without: every module compiled on each cold start
+    assert _cold_compiles(built) == 0                       # with: none
+    with zipfile.ZipFile(tmp_path / "fn.zip") as z:         # and the zip Lambda receives carries them
+        names = z.namelist()
+    assert f"statebound/__pycache__/__init__.{tag}.pyc" in names
+    assert not [n for n in names if n.endswith(".pyc") and f".{tag}." not in n]
+
+
+def test_bytecode_from_a_python_of_another_version_is_refused(package, tmp_path):
+    other = "3.99"
+    with pytest.raises(package.PackagingError, match=r"needs Python 3\.99"):
+        package.compile_bytecode(tmp_path, sys.executable, other)
