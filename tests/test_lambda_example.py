@@ -9,6 +9,8 @@ with botocore hooks on the client, for the handler as a whole.
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from aws_lambda.harness import TABLE, count_requests, lambda_env
@@ -70,7 +72,21 @@ def test_basic_http_form_post_is_an_event(lam):
     status, body = _call(lam, "POST", "/instances/order-3/events",
                          content_type="application/x-www-form-urlencoded",
                          raw_body="_scxmleventname=StartPayment&card=4242")
-    assert status == 200 and body["configuration"] == ["Started"] and body["datamodel"]["card"] == "4242"
+    assert status == 200 and body["configuration"] == ["Started"] and body["datamodel"]["card"] == "redacted"
+    assert lam.host.get("order-3").datamodel["card"] == "4242"          # the chart has it; the API never echoes it
+
+
+def test_no_answer_echoes_the_card(lam):
+    card = "4111 1111 1111 1234"
+    answers = [_call(lam, "POST", "/instances/order-4", {"chart": "order", "data": {"amount": 5}}),
+               _call(lam, "POST", "/instances/order-4/events", {"event": "StartPayment", "data": {"card": card}}),
+               _call(lam, "GET", "/instances/order-4")]
+    assert [status for status, _ in answers] == [201, 200, 200]
+    assert answers[0][1]["datamodel"]["card"] is None                    # nothing to hide yet
+    for _status, body in answers[1:]:
+        assert body["datamodel"]["card"] == "redacted" and body["datamodel"]["amount"] == 5
+        assert "1234" not in json.dumps(body) and "4111" not in json.dumps(body)
+    assert lam.host.get("order-4").datamodel["card"] == card
 
 
 @pytest.mark.parametrize("method,path,body,expected", [

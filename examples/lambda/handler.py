@@ -6,6 +6,9 @@ Routes:
                                 (or a Basic HTTP form post: _scxmleventname=...&k=v)
   GET  /instances/{id}          -> 200, the instance and its pending timer rows
 
+Every answer shows the instance's datamodel, except the variables in
+``REDACTED_VARIABLES`` (the order's ``card``), which show only as ``"redacted"``.
+
 Both POSTs answer from the position they committed, so an external event costs two
 DynamoDB requests: one GetItem and one write (TransactWriteItems, or a conditional PutItem
 when no timer changes). Their body lists the armed named timeouts; the timer rows with
@@ -130,12 +133,21 @@ def check_instance_id(instance_id: str) -> str:
     return instance_id
 
 
+#: Datamodel variables a response shows only as present: what the payment step keeps is
+#: the chart's to use, never the API's to echo back to whoever may read an instance.
+REDACTED_VARIABLES = frozenset({"card"})
+
+
+def _public(datamodel: dict[str, Any]) -> dict[str, Any]:
+    return {k: ("redacted" if k in REDACTED_VARIABLES and v is not None else v) for k, v in datamodel.items()}
+
+
 def _view(pos: sb.Position, instance_id: str) -> dict[str, Any]:
     """An instance as the committed position shows it (no read needed)."""
     states = pos.chart.states
     return {
         "id": instance_id, "chart": pos.chart.name, "revision": pos.chart.version, "status": pos.status,
-        "configuration": sorted(pos.configuration), "datamodel": dict(pos.datamodel),
+        "configuration": sorted(pos.configuration), "datamodel": _public(dict(pos.datamodel)),
         "timeouts": [{"name": t.name, "state": states[t.state].id, "ordinal": t.ordinal} for t in pos.timeouts],
     }
 
