@@ -92,7 +92,24 @@ __all__ = [
 
 
 class StateboundError(Exception):
-    """Root of every error statebound raises deliberately."""
+    """Root of every error statebound raises deliberately.
+
+    Every one survives ``pickle`` (a process pool handing a worker's error back, a task
+    queue) as it was: the same class, message and attributes. Python's default would call
+    the class again with the message as its only argument, which most of these classes'
+    constructors, taking ids and reasons, cannot take or would word differently.
+    """
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return _rebuild, (type(self), self.args, self.__dict__)
+
+
+def _rebuild(cls: type[StateboundError], args: tuple[Any, ...], state: dict[str, Any]) -> StateboundError:
+    """A pickled :class:`StateboundError` as it was, without calling its ``__init__`` again."""
+    exc = cls.__new__(cls)
+    exc.args = args
+    exc.__dict__.update(state)
+    return exc
 
 
 # --------------------------------------------------------------------------- charts
