@@ -155,10 +155,8 @@ class SendJob(Job):
 
     def __init__(self, host: Host, results: list[SendResult | None], index: int, instance_id: str,
                  event: Event, key: str | None, fingerprint: bytes, caller_context: Any) -> None:
+        super().__init__((instance_id,), True)
         self.host, self.results, self.index = host, results, index
-        self.ids = (instance_id,)
-        self.grouped = True
-        self.span = None
         self.event, self.key, self.fingerprint, self.caller_context = event, key, fingerprint, caller_context
 
     def trace(self, tracing: Tracing) -> None:
@@ -199,9 +197,8 @@ class FireJob(Job):
     def __init__(self, host: Host, results: list[FireResult | None], index: int, row: TimerRow, node: str) -> None:
         self.host, self.results, self.index, self.row, self.node = host, results, index, row, node
         self.lag = max(0, host.clock.now_ms() - row.ready_at_ms)
-        self.ids = (row.instance_id,) if row.target_id == row.instance_id else (row.instance_id, row.target_id)
-        self.grouped = row.kind == TIMER
-        self.span = None
+        super().__init__((row.instance_id,) if row.target_id == row.instance_id else (row.instance_id, row.target_id),
+                         row.kind == TIMER)
 
     def trace(self, tracing: Tracing) -> None:
         self.span, self.row = tracing.open_fire(self.row)

@@ -12,36 +12,26 @@ from __future__ import annotations
 
 import logging
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ..events import Event
 from ..interpreter.state import RUNNING
 from .delivery import drop_ref
 from .runner import load, wake
-from .store import SUSPENDED, TIMER, TimerCompletion, TimerRef, TimerRow
+from .store import SUSPENDED, TimerCompletion, TimerRef, TimerRow
 from .unit import FireResult, Unit
 
 if TYPE_CHECKING:
     from .host import Host
 
-__all__ = ["fire_unit", "fire_step", "fire_completion", "fire_failed", "release", "count"]
+__all__ = ["fire_step", "fire_completion", "fire_failed", "release", "count"]
 
 log = logging.getLogger("statebound")
 
 
-def fire_unit(h: Host, row: TimerRow) -> Any:
-    """The unit of work that fires a timer row (``None`` for an outbox row): returns
-    ``(outcome, reason)`` for the row's completion."""
-    if row.kind != TIMER:
-        return None
-
-    def unit(u: Unit) -> tuple[str, str | None]:
-        return fire_step(h, row, u)
-    return unit
-
-
 def fire_step(h: Host, row: TimerRow, u: Unit) -> tuple[str, str | None]:
-    """The body of :func:`fire_unit`'s unit, for a timer row: ``(outcome, reason)``."""
+    """The unit of work that fires a timer row in ``u`` (``runner.py``): returns
+    ``(outcome, reason)`` for the row's completion. Outbox rows go to ``outbox.py``."""
     u.protected = row.key
     u.call = {"op": "fire", "instance": row.target_id, "timer": [row.instance_id, row.ordinal],
               "caller_context": row.caller_context}

@@ -60,7 +60,7 @@ from .migration import MigrationResult
 from .outbox import Outbox, check_invokers, check_processors
 from .processors import InvokeHandler, SendProcessor
 from .routing import child_instance_id
-from .store import CLAIMED, PENDING, SUSPENDED, KeyRecord, Store, TimerRow, check_instance_id
+from .store import CLAIMED, PENDING, SUSPENDED, TIMER, KeyRecord, Store, TimerRow, check_instance_id
 from .unit import AlreadyDone as _AlreadyDone
 from .unit import Entry as _Entry
 from .unit import FireResult
@@ -322,7 +322,7 @@ class Host:
                                       lambda ctx: self.send(instance_id, event, data, caller_context=ctx,
                                                             idempotency_key=idempotency_key), caller_context)
         ev, key, fingerprint = self._prepare_event(event, data, idempotency_key)
-        return runner.run(self, self._send_unit(instance_id, ev, key, fingerprint, caller_context))
+        return runner.run(self, lambda u: self._send_step(u, instance_id, ev, key, fingerprint, caller_context))
 
     def send_many(self, items: Iterable[Any], *, caller_context: Any = None) -> list[SendResult]:
         """Deliver many external events with group commit: each item is applied exactly as
@@ -375,16 +375,9 @@ class Host:
         fingerprint = b"" if key is None else event_fingerprint(ev)
         return ev, key, fingerprint
 
-    def _send_unit(self, instance_id: str, ev: Event, key: str | None, fingerprint: bytes,
-                   caller_context: Any) -> Any:
-        """The unit of work of one external event (``send``; ``send_many`` runs the same step)."""
-        def unit(u: _Unit) -> Position:
-            return self._send_step(u, instance_id, ev, key, fingerprint, caller_context)
-        return unit
-
     def _send_step(self, u: _Unit, instance_id: str, ev: Event, key: str | None, fingerprint: bytes,
                    caller_context: Any) -> Position:
-        """The body of :meth:`_send_unit`'s unit."""
+        """The unit of work of one external event (``runner.py``), for ``send`` and ``send_many``."""
         u.call = {"op": "send", "instance": instance_id, "idempotency_key": key, "caller_context": caller_context}
         e = runner.load(self, u, instance_id)
         if e is None:
@@ -626,11 +619,11 @@ class Host:
             return self._tracing.fire(row, lambda r: self.fire(r, node_id=node_id))
         node = node_id or self.node_id
         lag = max(0, self.clock.now_ms() - row.ready_at_ms)
-        unit = firing.fire_unit(self, row)
-        if unit is None:
+        if row.kind != TIMER:
             return self._outbox.fire(row, node, lag)
         try:
-            outcome, reason = runner.run(self, unit, completion=lambda o: firing.fire_completion(row, node, o))
+            outcome, reason = runner.run(self, lambda u: firing.fire_step(self, row, u),
+                                         completion=lambda o: firing.fire_completion(row, node, o))
         except _AlreadyDone:
             return FireResult(row.key, "skipped", "completed elsewhere", lag)
         except Exception as exc:  # a delivery failure must not lose the row

@@ -141,14 +141,28 @@ class Tracing:
              caller_context: Any = None) -> Any:
         """Run ``body(caller_context)`` (the host call, untraced) inside its span; the caller
         context it gets carries the span's traceparent."""
-        with self._span(op, instance_id, event) as span:
+        return self._traced(op, instance_id, event, None, lambda: body(self.carry(caller_context)), _ok)
+
+    def _traced(self, op: str, instance_id: str, event: str | None, links: list[trace.Link] | None,
+                run: Callable[[], Any], outcome: Callable[[Any], str]) -> Any:
+        """``run()``, the untraced body of one host call, inside its span; the span's outcome
+        is ``outcome(result)``."""
+        with self._span(op, instance_id, event, links) as span:
             token = _INSIDE.set(True)
             try:
-                result = body(self.carry(caller_context))
+                result = run()
             finally:
                 _INSIDE.reset(token)
-            span.set_attribute("statebound.outcome", "ok")
+            span.set_attribute("statebound.outcome", outcome(result))
             return result
+
+    @classmethod
+    def _row_span(cls, row: TimerRow) -> tuple[str, str, str | None, list[trace.Link] | None]:
+        """``(op, instance, event, links)`` of the span that fires ``row``: linked to the span
+        that armed it."""
+        armed = cls.armed_by(row.caller_context)
+        event = row.event.get("name") if isinstance(row.event, dict) else None
+        return "fire" if row.kind == TIMER else "deliver", row.target_id, event, [trace.Link(armed)] if armed else None
 
     # ------------------------------------------------------------------ spans of a batch
     def open(self, op: str, instance_id: str, event: str | None, caller_context: Any,
@@ -161,10 +175,8 @@ class Tracing:
 
     def open_fire(self, row: TimerRow) -> tuple[trace.Span, TimerRow]:
         """:meth:`open` for a claimed row: linked to the span that armed it, as :meth:`fire`."""
-        armed = self.armed_by(row.caller_context)
-        event = row.event.get("name") if isinstance(row.event, dict) else None
-        span, ctx = self.open("fire" if row.kind == TIMER else "deliver", row.target_id, event,
-                              row.caller_context, [trace.Link(armed)] if armed else None)
+        op, instance_id, event, links = self._row_span(row)
+        span, ctx = self.open(op, instance_id, event, row.caller_context, links)
         return span, replace(row, caller_context=ctx)
 
     @staticmethod
@@ -192,14 +204,13 @@ class Tracing:
 
     def fire(self, row: TimerRow, body: Callable[[TimerRow], Any]) -> Any:
         """Fire ``row`` through ``body`` inside a span linked to the span that armed it."""
-        armed = self.armed_by(row.caller_context)
-        op = "fire" if row.kind == TIMER else "deliver"
-        event = row.event.get("name") if isinstance(row.event, dict) else None
-        with self._span(op, row.target_id, event, [trace.Link(armed)] if armed else None) as span:
-            token = _INSIDE.set(True)
-            try:
-                result = body(replace(row, caller_context=self.carry(row.caller_context)))
-            finally:
-                _INSIDE.reset(token)
-            span.set_attribute("statebound.outcome", str(getattr(result, "outcome", "ok")))
-            return result
+        return self._traced(*self._row_span(row), lambda: body(replace(row, caller_context=self.carry(row.caller_context))),
+                            _fire_outcome)
+
+
+def _ok(_result: Any) -> str:
+    return "ok"
+
+
+def _fire_outcome(result: Any) -> str:
+    return str(getattr(result, "outcome", "ok"))
