@@ -355,8 +355,15 @@ class Host:
                 results[index] = SendResult(index, named, None, exc)
                 continue
             jobs.append(SendJob(self, results, index, iid, ev, key, fingerprint, caller_context))
-        self._group.run(jobs)
-        return [r for r in results if r is not None]
+        try:
+            self._group.run(jobs)
+            return [r for r in results if r is not None]
+        finally:
+            # A failed item keeps its traceback, whose frames keep this call's locals: emptied,
+            # they no longer lead back to the results, so a batch is freed by reference
+            # counting, not left for the cycle collector with every position it returned.
+            results.clear()
+            jobs.clear()
 
     @staticmethod
     def _prepare_event(event: Event | str, data: Any, idempotency_key: str | None) -> tuple[Event, str | None, bytes]:

@@ -95,6 +95,9 @@ def attempt(h: Host, fn: Any, completion: Any, cache: dict[str, PositionRecord |
     try:
         res = fn(u)
         return u, res, build_commit(h, u, completion(res) if completion else None)
+    except BaseException:
+        forget_entries(u)   # a failed unit is dropped too: free it now, not at the next full collection
+        raise
     finally:
         drives = u.deliveries + u.starts
         if drives:
