@@ -402,6 +402,32 @@ def test_a_failing_delivery_is_released_alone(kind, tmp_path):
     assert [host.get(f"t{i:03d}").datamodel["n"] for i in range(3)] == [1, 0, 1]
 
 
+def test_a_failure_the_store_cannot_record_never_stops_the_sweep(kind, tmp_path, caplog):
+    """A store that refuses to record a failed delivery (a row too large to write back, a
+    row it can no longer decode) loses that row's record, not the sweep: the other rows
+    fire, the sweeper is not crashed, the row is tried again when its claim lapses."""
+    clock = sb.ManualClock(T0)
+
+    def on_log(iid, label, value):
+        if iid == "t001":
+            raise RuntimeError("log sink down")
+    store = _store(kind, tmp_path)
+
+    def refuse(*args, **kwargs):
+        raise sb.StoreError("row cannot be written back")
+    store.release = refuse
+    host = _host(store, clock, on_log=on_log)
+    _tickers(host, 3, clock)
+    report = sb.Sweeper(host, batch=10, lease_s=5).run_once()
+    assert (report.fired, report.failed) == (2, 1)
+    assert [host.get(f"t{i:03d}").datamodel["n"] for i in range(3)] == [1, 0, 1]
+    assert "could not be recorded" in caplog.text and "('t001', 1)" in caplog.text
+    clock.advance(5_001)    # the claim lapsed: the row is delivered again
+    del store.release
+    assert [r.outcome for r in host.fire_due()] == ["failed"]
+    assert host.store.get_timer(("t001", 1)).attempts == 1
+
+
 def test_a_row_completed_elsewhere_is_skipped_and_the_rest_fire(kind, tmp_path):
     clock = sb.ManualClock(T0)
     host = _host(_store(kind, tmp_path), clock)

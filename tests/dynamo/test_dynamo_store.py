@@ -669,6 +669,48 @@ def test_long_error_text_is_truncated(dstore):
     assert len(dstore.get_timer(("a", 1)).last_error) == 8_000
 
 
+def _row_of_size(size, ordinal=1, **kw):
+    """A pending row whose item is exactly ``size`` bytes (event data past msgpack's str32)."""
+    base = timer("a", ordinal, 10, event={"name": "x", "data": "y" * 70_000}, **kw)
+    n = 70_000 + size - codec.item_size(codec.timer_item(base, shards=4))
+    row = timer("a", ordinal, 10, event={"name": "x", "data": "y" * n}, **kw)
+    assert codec.item_size(codec.timer_item(row, shards=4)) == size
+    return row
+
+
+@pytest.mark.parametrize("dead", [False, True])
+def test_a_timer_row_keeps_room_to_record_its_failure(dstore, dead):
+    """In-process moto: a row is written only if it leaves ``TIMER_HEADROOM_BYTES`` free, so
+    a failed delivery can always record itself on it, even with the longest error in
+    multi-byte characters; before, a row within a few KB of the limit could not be released,
+    and the sweeper that fired it crashed on every restart."""
+    from statebound.dynamodb.store import MAX_ITEM_BYTES, TIMER_HEADROOM_BYTES
+    biggest = MAX_ITEM_BYTES - TIMER_HEADROOM_BYTES
+    with pytest.raises(ItemTooLarge, match="failed delivery") as err:
+        dstore.commit(Commit(timers_put=(_row_of_size(biggest + 1),)))
+    assert (err.value.size, err.value.limit) == (biggest + 1, biggest)
+    assert dstore.get_timer(("a", 1)) is None
+    dstore.commit(Commit(timers_put=(_row_of_size(biggest),)))
+    assert dstore.claim_due(10, 10, "n1", MINUTE)
+    dstore.release(("a", 1), "n1", error="é" * 20_000, next_attempt_at_ms=20, dead=dead)
+    row = dstore.get_timer(("a", 1))
+    assert (row.state, row.attempts) == (DEAD if dead else PENDING, 1)
+    assert 0 < len(row.last_error.encode()) <= 8_000 and set(row.last_error) == {"é"}
+
+
+def test_a_row_written_without_headroom_shortens_its_error_to_record_a_failure(mock_client, table, dstore):
+    """In-process moto: a row put before the headroom existed (straight to the table here)
+    still records its failure: the error is cut to what fits."""
+    from statebound.dynamodb.store import MAX_ITEM_BYTES
+    item = codec.timer_item(_row_of_size(MAX_ITEM_BYTES - 300), shards=dstore.shards)
+    mock_client.put_item(TableName=table, Item=item)
+    assert dstore.claim_due(10, 10, "n1", MINUTE)
+    dstore.release(("a", 1), "n1", error="E" * 1_000_000, next_attempt_at_ms=20, dead=True)
+    row = dstore.get_timer(("a", 1))
+    assert (row.state, row.attempts) == (DEAD, 1)
+    assert 0 < len(row.last_error) < 300
+
+
 def test_positions_write_through_position_write_fields(dstore):
     """In-process moto: a PositionWrite with no parent leaves none; refs round-trip."""
     dstore.commit(Commit(writes=(PositionWrite("a", "c", None, b"b", "running",

@@ -51,7 +51,7 @@ from ._codec import N, S
 if TYPE_CHECKING:
     from .store import DynamoStore
 
-__all__ = ["Sweep", "GSI_LAG_S", "NEVER", "MAX_ERROR_CHARS"]
+__all__ = ["Sweep", "GSI_LAG_S", "NEVER", "MAX_ERROR_CHARS", "error_text"]
 
 log = logging.getLogger(__name__)
 
@@ -60,9 +60,19 @@ log = logging.getLogger(__name__)
 GSI_LAG_S = 5.0
 #: A hint meaning "nothing pending was seen in this shard".
 NEVER = 1 << 62
-#: ``last_error`` is truncated to this many characters, so a long traceback cannot push a
-#: timer row over the item limit on the failure path.
+#: ``last_error`` is truncated to this many characters and, encoded, to as many bytes, so a
+#: long traceback cannot push a timer row over the item limit on the failure path (a row is
+#: written with room for it: ``store.TIMER_HEADROOM_BYTES``).
 MAX_ERROR_CHARS = 8_000
+
+
+def error_text(error: str | None) -> str:
+    """``error`` cut to at most :data:`MAX_ERROR_CHARS` characters and as many UTF-8 bytes."""
+    text = (error or "")[:MAX_ERROR_CHARS]
+    raw = text.encode("utf-8", "replace")
+    if len(raw) <= MAX_ERROR_CHARS:
+        return text
+    return raw[:MAX_ERROR_CHARS].decode("utf-8", "ignore")
 #: Soft claims kept at most (they are an optimisation: the oldest go first).
 MAX_CLAIMS = 100_000
 #: Extra items a shard read asks for beyond what it wants, for rows it must skip
@@ -375,10 +385,10 @@ class Sweep:
             self.forget([key], gone=row.state == DONE)
             return
         new = replace(row, state=DEAD if dead else PENDING, attempts=row.attempts + 1,
-                      last_error=error[:MAX_ERROR_CHARS], next_attempt_at_ms=next_attempt_at_ms,
+                      last_error=error_text(error), next_attempt_at_ms=next_attempt_at_ms,
                       claimed_by=None, claim_expires_ms=None)
         try:
-            store._call("put_item", TableName=store.table_name, Item=store._timer_put_item(new),
+            store._call("put_item", TableName=store.table_name, Item=store._failed_row_item(new),
                         ConditionExpression=row_unchanged,
                         ExpressionAttributeNames={"#state": "state", "#attempts": "attempts"},
                         ExpressionAttributeValues={":seen_state": S(row.state),

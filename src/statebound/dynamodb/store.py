@@ -74,10 +74,10 @@ from . import _operator, _table
 from ._codec import N, S
 from ._errors import ActionInfo, call
 from ._migrate import MigrationReport, migrate
-from ._sweep import MAX_ERROR_CHARS, Sweep
+from ._sweep import MAX_ERROR_CHARS, Sweep, error_text
 
 __all__ = ["DynamoStore", "MAX_ITEM_BYTES", "MAX_TRANSACTION_ACTIONS", "MAX_TRANSACTION_BYTES",
-           "MAX_INSTANCE_ID_BYTES", "MAX_ERROR_CHARS"]
+           "MAX_INSTANCE_ID_BYTES", "MAX_ERROR_CHARS", "TIMER_HEADROOM_BYTES"]
 
 log = logging.getLogger(__name__)
 
@@ -86,6 +86,11 @@ MAX_INSTANCE_ID_BYTES = codec.MAX_INSTANCE_ID_BYTES
 #: Largest item we send. DynamoDB's limit is 400 KB (409,600 bytes, names included);
 #: we stop short of it so that an estimate a little low still never reaches the service.
 MAX_ITEM_BYTES = 400_000
+#: What a timer row leaves free of :data:`MAX_ITEM_BYTES` when it is written: room for the
+#: record of a failed delivery (attempts, retry time, the dead index's keys, outcome, reason
+#: and an error of up to ``MAX_ERROR_CHARS`` bytes), so that recording a failure never makes
+#: the row too large to write back.
+TIMER_HEADROOM_BYTES = MAX_ERROR_CHARS + 1_024
 #: Most actions DynamoDB accepts in one ``TransactWriteItems``.
 MAX_TRANSACTION_ACTIONS = 100
 #: DynamoDB refuses transactions over 4 MB; moto does not check, so we do.
@@ -401,7 +406,7 @@ class DynamoStore:
                           "#dead_pk": "dead_pk", "#dead_sk": "dead_sk"})
             values.update({":one": N(1), ":dead_pk": S(codec.dead_partition(self.shard_of(c.key))),
                            ":dead_sk": S(codec.dead_sort_key(c.key)),
-                           ":last_error": S((c.error or "")[:MAX_ERROR_CHARS])})
+                           ":last_error": S(error_text(c.error))})
             sets += ["#attempts = #attempts + :one", "#last_error = :last_error",
                      "#dead_pk = :dead_pk", "#dead_sk = :dead_sk"]
         if self.done_ttl_s is not None and c.state == DONE:
@@ -413,7 +418,29 @@ class DynamoStore:
                            **cond}}
 
     def _timer_put_item(self, row: TimerRow) -> dict[str, Any]:
+        """A new row's item, refused unless it leaves :data:`TIMER_HEADROOM_BYTES` free."""
         item = codec.timer_item(row, shards=self.shards)
+        size = codec.item_size(item)
+        if size + TIMER_HEADROOM_BYTES > MAX_ITEM_BYTES:
+            raise ItemTooLarge(f"timer row {row.key} would be a {size:,}-byte DynamoDB item; a timer row may "
+                               f"be at most {MAX_ITEM_BYTES - TIMER_HEADROOM_BYTES:,} bytes (400 KB, less "
+                               f"{TIMER_HEADROOM_BYTES:,} kept for the record of a failed delivery)",
+                               size, MAX_ITEM_BYTES - TIMER_HEADROOM_BYTES)
+        return item
+
+    def _failed_row_item(self, row: TimerRow) -> dict[str, Any]:
+        """The item of a row that records a failure (released or parked as dead).
+
+        A row written by this version always has room for it; one written before the
+        headroom existed gets its error shortened to fit, to nothing at worst.
+        :raises ItemTooLarge: the row does not fit even without an error.
+        """
+        item = codec.timer_item(row, shards=self.shards)
+        over = codec.item_size(item) - MAX_ITEM_BYTES
+        if over > 0 and row.last_error:
+            raw = row.last_error.encode("utf-8")
+            row = replace(row, last_error=raw[:max(0, len(raw) - over)].decode("utf-8", "ignore"))
+            item = codec.timer_item(row, shards=self.shards)
         self._check_size(item, f"timer row {row.key}")
         return item
 
@@ -450,18 +477,19 @@ class DynamoStore:
                 if completing:
                     assert comp is not None
                     if comp.state == DEAD:
-                        row = replace(row, attempts=row.attempts + 1, last_error=comp.error)
+                        row = replace(row, attempts=row.attempts + 1, last_error=error_text(comp.error))
                     row = replace(row, state=comp.state, outcome=comp.outcome, reason=comp.reason,
                                   claimed_by=None, claim_expires_ms=None)
                     cond = self._completion_condition(comp)
                     info = ActionInfo("complete", key[0], key[1])
+                    item = self._failed_row_item(row)
                 else:
                     # Unconditional, as in MemoryStore: a put of an existing key replaces
                     # the row (the Store contract), and ordinals never repeat within a
                     # live instance, so only a re-created id's leftovers can be replaced.
                     cond = {}
                     info = ActionInfo("timer_put", key[0], key[1])
-                item = self._timer_put_item(row)
+                    item = self._timer_put_item(row)
                 planned.append(({"Put": {"TableName": table, "Item": item, **cond}}, info,
                                 codec.item_size(item), False))
             elif completing:

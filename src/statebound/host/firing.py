@@ -15,6 +15,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from ..events import Event
+from ..exceptions import StoreError, StoreUnavailable
 from ..interpreter.state import RUNNING
 from .delivery import drop_ref
 from .runner import load, wake
@@ -80,7 +81,17 @@ def release(h: Host, row: TimerRow, node: str, error: str, attempts: int) -> Non
     dead = attempts >= h.max_attempts
     delay = h.backoff_ms * (2 ** (attempts - 1))
     retry_at = h.clock.now_ms() + delay
-    h.store.release(row.key, node, error=error, next_attempt_at_ms=retry_at, dead=dead)
+    try:
+        h.store.release(row.key, node, error=error, next_attempt_at_ms=retry_at, dead=dead)
+    except StoreUnavailable:
+        raise
+    except StoreError as exc:
+        # This row cannot record its failure (the store refuses the write): the sweep goes
+        # on with the other rows, and this one is claimed again when its lease runs out.
+        log.error("row %s delivery failed (attempt %d) and the failure could not be recorded: %s; "
+                  "it is retried when its claim's lease runs out", row.key, attempts, exc)
+        count(h, "failed")
+        return
     if not dead:
         wake(h, [(row.key, max(retry_at, row.due_at_ms))])
     count(h, "failed")
