@@ -444,6 +444,36 @@ def test_a_0_1_table_is_migrated_by_the_first_sweep(mock_client, table, calls):
     assert "Scan" not in calls.take()   # migrated once: a new process finds no cursor
 
 
+def test_a_0_1_check_that_was_throttled_is_made_again_by_the_next_sweep(mock_client, table):
+    """In-process moto: the first sweep's look for 0.1 cursors is throttled (StoreUnavailable,
+    as every read is). Before, the store had already marked the check done, so it never
+    migrated and the 0.1-keyed row never fired from that process; now the next sweep checks
+    again, migrates, and the row fires."""
+    import boto3
+    from botocore.exceptions import ClientError
+    store = make_store(mock_client, table)
+    create(store, "old", timers_put=[timer("old", 1, T0 - MINUTE)])
+    mock_client.update_item(TableName=table, Key={"pk": {"S": "old"}, "sk": {"S": codec.timer_sk(1)}},
+                            UpdateExpression="SET gsi_pk = :p", ExpressionAttributeValues={
+                                ":p": {"S": f"{(T0 - MINUTE) // MINUTE}#{store.shard_of(('old', 1))}"}})
+    mock_client.put_item(TableName=table, Item={"pk": {"S": "sweep#0"}, "sk": {"S": "C"},
+                                                "bucket": {"N": str(T0 // MINUTE - 5)}})
+    throttled = boto3.client("dynamodb", region_name="us-east-1")
+    left = {"n": 4}   # the store's own retries, all throttled
+
+    def throttle(**kwargs):
+        if left["n"]:
+            left["n"] -= 1
+            raise ClientError({"Error": {"Code": "ProvisionedThroughputExceededException",
+                                         "Message": "throttled"}}, "BatchGetItem")
+    throttled.meta.events.register("before-call.dynamodb.BatchGetItem", throttle)
+    sweeper = make_store(throttled, table)
+    with pytest.raises(StoreUnavailable):
+        sweeper.claim_due(T0, 10, "n1", MINUTE)
+    assert left["n"] == 0
+    assert [r.key for r in sweeper.claim_due(T0, 10, "n1", MINUTE)] == [("old", 1)]
+
+
 def test_owned_shards_restrict_the_sweep(mock_client, table):
     """In-process moto: a store told its shards (a set, or anything with ``held``) claims only
     rows of those shards."""

@@ -212,6 +212,10 @@ def test_an_unavailable_store_fails_the_batch_and_a_foreign_message_is_dropped(m
     f'[[7, 1, {T0}]]',                     # not a string
     f'[["x", "one", {T0}]]',
     '[["x", 1]]',
+    f'[["x", -1, {T0}]]',                  # no row has a negative ordinal: the key refused it later
+    f'[["x", {2 ** 63}, {T0}]]',
+    '[["x", 1, -5]]',
+    "[" * 100_000 + "]" * 100_000,         # deeper than the parser goes: RecursionError
 ])
 def test_a_malformed_wake_up_is_dropped_without_failing_its_batch(mock_client, table, rows):
     """A message no writer of ours could have sent (a bug, or whoever else may send to the
@@ -267,6 +271,32 @@ def test_a_fallback_behind_a_backlog_arms_first_and_stops_before_its_deadline(mo
     assert remaining.left > 0
     rest = fallback_sweep(sb.Sweeper(host, batch=5), period_ms=300_000)   # no deadline: until idle
     assert (rest["fired"], rest["more"]) == (15, False)
+
+
+def test_a_fallback_fires_what_is_due_while_sqs_refuses_its_wake_ups(mock_client, table, caplog):
+    """SQS down (here: the queue is gone): arming the long timer fails, and the run still
+    fires the overdue row. Before, the refusal raised out of the fallback before it swept,
+    so while SQS refused nothing fired at all, the case the fallback exists for."""
+    from botocore.exceptions import ClientError
+
+    class Refusing:
+        def send_message_batch(self, **kwargs):
+            raise ClientError({"Error": {"Code": "AWS.SimpleQueueService.NonExistentQueue",
+                                         "Message": "The specified queue does not exist."}}, "SendMessageBatch")
+
+    clock = sb.ManualClock(T0)
+    host = sb.Host([TIMER], store=make_store(mock_client, table), clock=clock,
+                   wakeup=SQSWakeup("https://sqs.invalid/q", client=RecordingSQS(clock)))
+    host.start(TIMER, "overdue", data={"delay": "1s"})
+    host.start(TIMER, "long", data={"delay": "3000s"})
+    clock.set(T0 + 3_000_000 - 750_000)   # "overdue" is long due; "long" enters the window
+    down = sb.Host([TIMER], store=make_store(mock_client, table), clock=clock,
+                   wakeup=SQSWakeup("https://sqs.invalid/q", client=Refusing()))
+    result = fallback_sweep(sb.Sweeper(down), period_ms=300_000)
+    assert (result["armed"], result["arm_failed"], result["fired"]) == (0, 1, 1)
+    assert host.get("overdue").configuration == frozenset({"fired"})
+    assert host.get("long").configuration != frozenset({"fired"})
+    assert "arming 1 wake-up(s) failed" in caplog.text
 
 
 def test_the_sent_count_adds_up_when_pool_threads_send_at_once():

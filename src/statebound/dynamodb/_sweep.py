@@ -453,7 +453,9 @@ class Sweep:
         with self.lock:
             if self._legacy_checked:
                 return
-            self._legacy_checked = True
+        # Marked checked only once the answer is known and acted on: a read that failed or
+        # left keys unread (throttled), or a migration that failed, is tried again by the
+        # next sweep, instead of leaving 0.1-keyed rows unfired for the life of the process.
         store = self.store
         keys: list[dict[str, Any]] = [store._key(f"{codec.LEGACY_CURSOR_PREFIX}{s}", codec.LEGACY_CURSOR_SK)
                                       for s in range(store.shards)]
@@ -468,7 +470,13 @@ class Sweep:
                 batch = response.get("UnprocessedKeys", {}).get(store.table_name, {}).get("Keys", [])
                 if not batch:
                     break
+            if batch and not found:
+                log.warning("table %r: %d 0.1 cursor key(s) left unread (throttled); checking again "
+                            "at the next sweep", store.table_name, len(batch))
+                return
         if found:
             log.warning("table %r has 0.1 sweep cursors: migrating its index layout once",
                         store.table_name)
             store.migrate()
+        with self.lock:
+            self._legacy_checked = True

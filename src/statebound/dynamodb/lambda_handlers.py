@@ -84,10 +84,13 @@ def fallback_sweep(sweeper: Sweeper, *, period_ms: int, overlap_ms: int = 60_000
     here: each long timer once, short ones never again. Arming comes first and is bounded
     (one read per shard); firing a backlog (after an outage) is not, so it stops at the
     deadline and ``more`` says rows were left for the next run. Otherwise a run killed by
-    its timeout behind a backlog would never arm the long timers at all.
+    its timeout behind a backlog would never arm the long timers at all. A wake-up backend
+    that refuses (SQS down) is logged and counted in ``arm_failed``; the run still fires
+    what is due.
     """
     out = dict.fromkeys(("fired", "discarded", "stale", "failed", "skipped", "max_lag_ms"), 0)
-    out["armed"] = _arm_horizon(sweeper, period_ms, overlap_ms)
+    armed = _arm_horizon(sweeper, period_ms, overlap_ms)
+    out["armed"], out["arm_failed"] = max(armed, 0), max(-armed, 0)
     out["more"] = False
     for _ in range(_MAX_SWEEPS):
         if remaining_ms is not None and remaining_ms() <= margin_ms:
@@ -118,5 +121,12 @@ def _arm_horizon(sweeper: Sweeper, period_ms: int, overlap_ms: int) -> int:
     rows = pending_between(until - period_ms - overlap_ms, until)
     requests = wakeups_for(((r.key, r.ready_at_ms) for r in rows), now, None)
     if requests:
-        wakeup.request(requests, now)
+        try:
+            wakeup.request(requests, now)
+        except Exception as exc:
+            # The wake-ups are lost, not the rows: this run still fires what is due, and the
+            # next run's window overlaps this one. Raising here would stop every run from
+            # firing anything for as long as SQS refuses, when the fallback is most needed.
+            log.warning("arming %d wake-up(s) failed, firing what is due anyway: %s", len(requests), exc)
+            return -len(requests)
     return len(requests)

@@ -58,15 +58,24 @@ def decode_wakeup(body: str) -> list[WakeupRequest]:
         if data.get("statebound") != _MARK or data.get("v") != 1:
             raise InvalidArgument("not a statebound wake-up (v1)")
         return [_request(row) for row in data["rows"]]
-    except (AttributeError, KeyError, TypeError, json.JSONDecodeError, InvalidInstanceId) as exc:
-        raise InvalidArgument(f"malformed wake-up message: {exc}") from exc
+    except InvalidArgument:
+        raise
+    except (AttributeError, KeyError, TypeError, ValueError, RecursionError, InvalidInstanceId) as exc:
+        # ValueError: a row of the wrong length, and JSONDecodeError; RecursionError: a body
+        # nested deeper than the parser goes
+        raise InvalidArgument(f"malformed wake-up message: {type(exc).__name__}: {str(exc)[:200]}") from None
 
 
 def _request(row: Any) -> WakeupRequest:
     iid, ordinal, due = row
-    if not all(type(n) is int for n in (ordinal, due)):
-        raise InvalidArgument(f"a row's ordinal and due time must be integers, not {ordinal!r} and {due!r}")
+    # the bounds the table's keys and due index hold: a row outside them cannot exist
+    if not all(type(n) is int and 0 <= n <= _MAX_INT for n in (ordinal, due)):
+        raise InvalidArgument(f"a row's ordinal and due time must be integers from 0 to 2**63 - 1, "
+                              f"not {str(ordinal)[:40]} and {str(due)[:40]}")
     return WakeupRequest(check_id(iid), ordinal, due)
+
+
+_MAX_INT = (1 << 63) - 1
 
 
 def _refuse(token: str) -> Any:
