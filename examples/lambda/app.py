@@ -42,6 +42,8 @@ __all__ = ["build_host", "get_host", "configure", "load_charts", "processors", "
 
 #: Event name prefixes the platform raises (``done.state.*``, ``done.invoke.*``, ``error.*``).
 PLATFORM_PREFIXES = ("done.", "error.")
+#: The first token of every platform event: a transition on ``error`` takes them all.
+PLATFORM_TOKENS = frozenset(p.rstrip(".") for p in PLATFORM_PREFIXES)
 
 
 class OwnEvent(ValueError):
@@ -56,13 +58,19 @@ def own_events(charts: Any) -> frozenset[str]:
 
 def refuse_own_event(host: sb.Host, name: str) -> None:
     """:class:`OwnEvent` if no client may send ``name``: a timeout of a deployed chart
-    revision, or a platform event (the charts would take it for the real thing)."""
+    revision, or a platform event (the charts would take it for the real thing).
+
+    SCXML matches an event by its descriptor's tokens (``event="PaymentTimeout"`` takes
+    ``PaymentTimeout.x`` too), so a name is refused when it *is or extends* an own event,
+    token by token: ``PaymentTimeout``, ``PaymentTimeout.early``, ``error``, ``done.x``."""
     own = getattr(host, "own_events", None)
     if own is None:
         own = own_events(host.charts().values())
-    if name in own:
-        raise OwnEvent(f"event {name!r} is a chart's own timeout; only its timer sends it")
-    if name.startswith(PLATFORM_PREFIXES):
+    tokens = name.split(".")
+    for n in range(1, len(tokens) + 1):
+        if ".".join(tokens[:n]) in own:
+            raise OwnEvent(f"event {name!r} is, or extends, a chart's own timeout; only its timer sends it")
+    if tokens[0] in PLATFORM_TOKENS:
         raise OwnEvent(f"event {name!r} is a platform event; only the interpreter raises it")
 
 _host: sb.Host | None = None
