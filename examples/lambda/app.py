@@ -92,12 +92,26 @@ def build_host(*, client: Any = None, clock: Any = None, table_name: str | None 
     return host
 
 
+#: The SQS calls a request makes after its commit (the outbox hand-over, the wake-ups) get
+#: one short attempt: an HTTP function has 10 s in all (template.yaml), and what it fails
+#: to hand over is not lost: the sweeper sends the row, and the fallback arms the timer.
+HANDOVER_CONFIG = {"connect_timeout": 1, "read_timeout": 2, "retries": {"total_max_attempts": 1}}
+
+
+def _sqs(sqs_client: Any) -> Any:
+    if sqs_client is not None:
+        return sqs_client
+    import boto3
+    from botocore.config import Config
+    return boto3.client("sqs", config=Config(**HANDOVER_CONFIG))
+
+
 def processors(sqs_client: Any = None) -> dict[str, Any]:
     """The charts' send processors: ``"sqs"``, the confirmations queue, when it is configured."""
     url = os.environ.get("CONFIRMATIONS_QUEUE_URL")
     if not url:
         return {}
-    return {"sqs": SQSProcessor(url, client=sqs_client)}
+    return {"sqs": SQSProcessor(url, client=_sqs(sqs_client))}
 
 
 def _wakeup(sqs_client: Any) -> Any:
@@ -105,7 +119,7 @@ def _wakeup(sqs_client: Any) -> Any:
     if not url:
         return None
     from statebound.dynamodb import SQSWakeup
-    return SQSWakeup(url, client=sqs_client)
+    return SQSWakeup(url, client=_sqs(sqs_client))
 
 
 def get_host() -> sb.Host:

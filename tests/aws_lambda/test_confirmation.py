@@ -161,3 +161,41 @@ def test_a_dead_confirmation_is_redriven_once_the_queue_is_back(lam, capsys):
     [message] = lam.received(lam.confirmations)
     assert message["MessageAttributes"]["statebound.idempotency_key"]["StringValue"] == "o-1:3"
     assert lam.host.dead_timers() == [] and lam.host.pending_timers("o-1") == []
+
+
+def test_a_silent_sqs_costs_a_request_one_short_attempt_and_the_sweeper_sends_it(lam, monkeypatch):
+    """SQS accepts the connection and never answers (a real local socket). The library's
+    default client waited 60 s, and retried, after the commit: on Lambda the 10 s function
+    died with the order complete, and the client saw a 5xx. The app's hand-over client makes
+    one 2 s attempt; the answer is the order's, and the row waits for the sweeper."""
+    import socket
+    import threading
+    import time
+
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(16)
+    held: list = []
+    threading.Thread(target=lambda: [held.append(srv.accept()) for _ in range(16)], daemon=True).start()
+    try:
+        monkeypatch.setenv("AWS_ENDPOINT_URL_SQS", f"http://127.0.0.1:{srv.getsockname()[1]}")
+        lam.rebuild()
+        monkeypatch.delenv("AWS_ENDPOINT_URL_SQS")
+        paid_order(lam)
+        t0 = time.monotonic()
+        status, body = lam.call("POST", "/instances/o-1/events", {"event": "Complete"})
+        took = time.monotonic() - t0
+    finally:
+        srv.close()
+        for conn, _ in held:
+            conn.close()
+    assert status == 200 and body["configuration"] == ["Done"]
+    assert took < 6, took   # connect 1 s + read 2 s, one attempt, well inside the 10 s function
+    [row] = lam.host.pending_timers("o-1")   # the confirmation is kept for the sweeper
+    assert (row.state, row.attempts) == ("pending", 1) and "ReadTimeoutError" in row.last_error
+    lam.rebuild()                            # SQS answers again (the next cold start)
+    lam.clock.advance(1_000)
+    assert lam.sweep()["delivered"] == 1
+    [message] = lam.received(lam.confirmations)
+    assert json.loads(message["Body"])["metadata"]["idempotency_key"] == "o-1:3"
+    assert lam.host.pending_timers("o-1") == []

@@ -22,10 +22,9 @@ from __future__ import annotations
 
 from typing import Any
 
-import boto3
-
 from ..exceptions import DeliveryFailed, DeliveryRejected
 from ..host.processors import Delivery
+from ._client import quick_client
 from ._errors import log, map_aws_errors
 from ._payload import KIB, check_size, choose_target, send_envelope, to_json
 
@@ -63,7 +62,7 @@ class EventBridgeProcessor:
         self.event_bus_name = event_bus_name
         self.source = source
         self.max_bytes = max_bytes
-        self.client = client if client is not None else boto3.client("events")
+        self.client = client if client is not None else quick_client("events")
 
     def deliver(self, delivery: Delivery) -> None:
         """Put one event; raise if its entry failed (see the module doc for which codes retry)."""

@@ -39,6 +39,7 @@ from botocore.config import Config
 
 from ..exceptions import DeliveryFailed, DeliveryRejected
 from ..host.processors import Delivery, InvokeRequest, Pending
+from ._client import quick_client
 from ._errors import log, map_aws_errors
 from ._payload import KIB, MIB, check_size, choose_target, from_json, invoke_envelope, send_envelope, to_json
 
@@ -95,7 +96,7 @@ class LambdaProcessor:
         self.function_name = function_name
         self.qualifier = qualifier
         self.max_bytes = max_bytes
-        self.client = client if client is not None else boto3.client("lambda")
+        self.client = client if client is not None else quick_client("lambda")
 
     def deliver(self, delivery: Delivery) -> None:
         """Queue one asynchronous invocation with the send envelope as its event."""

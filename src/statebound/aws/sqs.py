@@ -38,9 +38,8 @@ from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlparse
 
-import boto3
-
 from ..host.processors import Delivery
+from ._client import quick_client
 from ._errors import map_aws_errors
 from ._payload import KIB, check_size, choose_target, send_envelope, to_json
 
@@ -106,7 +105,7 @@ class SQSProcessor:
         self.max_bytes = max_bytes
         if client is None:
             region = _region_of(queue_url) if queue_url else None
-            client = boto3.client("sqs", region_name=region) if region else boto3.client("sqs")
+            client = quick_client("sqs", region)
         self.client = client
 
     def deliver(self, delivery: Delivery) -> None:

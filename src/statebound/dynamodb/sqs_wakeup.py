@@ -86,14 +86,16 @@ class SQSWakeup:
     """Send wake-ups to an SQS queue (standard; duplicates are harmless).
 
     :param queue_url: the queue's URL.
-    :param client: a boto3 SQS client; by default ``boto3.client("sqs")``. Thread-safe.
+    :param client: a boto3 SQS client; by default one that gives up within seconds
+        (``statebound.aws._client.QUICK_CALL``): a wake-up is sent after every commit.
+        Thread-safe.
     :param horizon_ms: rows due later than this get no message from the host.
     """
 
     def __init__(self, queue_url: str, client: Any = None, *, horizon_ms: int | None = MAX_DELAY_S * 1000) -> None:
         if client is None:
-            import boto3
-            client = boto3.client("sqs")
+            from ..aws._client import quick_client   # a request after every commit: never minutes
+            client = quick_client("sqs")
         self.queue_url = queue_url
         self.client = client
         self.horizon_ms = horizon_ms
