@@ -757,3 +757,32 @@ def test_an_empty_parent_written_through_the_store_reads_back_empty_not_null(db_
     create(store, "a", parent="p")
     store.commit(Commit(writes=(PositionWrite("a", "chart", 1, b"blob-a", "running", (), "", ()),)))
     assert store.load("a").parent == ""
+
+
+@pytest.mark.parametrize("column", ["event", "dedup", "caller_context"])
+def test_a_row_that_cannot_be_read_is_parked_dead_and_the_claim_goes_on(db_path, column, caplog):
+    """A damaged row (bytes no longer msgpack) used to fail every claim it was in: the
+    sweeper died with a StoreError naming no row, the healthy rows claimed with it waited
+    out their lease, and the next sweeper claimed it again and died the same way. It is now
+    parked as dead in the claim's own transaction, with the reason, and the rest fire."""
+    import statebound as sb
+    chart = sb.Chart.from_scxml(
+        '<scxml xmlns="http://www.w3.org/2005/07/scxml" version="1.0" datamodel="python" name="t" '
+        'initial="s"><datamodel><data id="n" expr="0"/></datamodel><state id="s">'
+        '<onentry><send event="tick" delay="1s"/></onentry>'
+        '<transition event="tick"><assign location="n" expr="n + 1"/></transition></state></scxml>')
+    clock = sb.ManualClock(0)
+    host = sb.Host([chart], store=SQLiteStore(db_path), clock=clock)
+    for iid in ("a", "b", "c"):
+        host.start("t", iid)
+    query(db_path, f"UPDATE timers SET {column} = x'c1' WHERE instance_id = 'b'")
+    clock.advance(1_000)
+    report = sb.Sweeper(host, batch=10).run_once()
+    assert report.fired == 2
+    assert [host.get(i).datamodel["n"] for i in "abc"] == [1, 0, 1]
+    state, attempts, error, claimed_by = query(
+        db_path, "SELECT state, attempts, last_error, claimed_by FROM timers WHERE instance_id = 'b'")
+    assert (state, attempts, claimed_by) == (DEAD, 1, None)
+    assert "cannot be read" in error and f"timer {column}" in error
+    assert "('b', 1)" in caplog.text
+    assert sb.Sweeper(host, batch=10).run_once().total == 0   # never claimed again

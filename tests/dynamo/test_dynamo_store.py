@@ -474,6 +474,24 @@ def test_a_0_1_check_that_was_throttled_is_made_again_by_the_next_sweep(mock_cli
     assert [r.key for r in sweeper.claim_due(T0, 10, "n1", MINUTE)] == [("old", 1)]
 
 
+def test_a_due_item_that_cannot_be_read_is_parked_dead_and_the_sweep_goes_on(mock_client, table, dstore, caplog):
+    """In-process moto: a timer item whose event is no longer msgpack failed every read of
+    its shard (StoreError), so no sweeper fired anything of that shard again. It is now
+    taken out of the due index as dead, with the reason, and the other rows are claimed."""
+    dstore.commit(Commit(timers_put=tuple(timer(i, 1, T0) for i in ("a", "b", "c"))))
+    mock_client.update_item(TableName=table, Key={"pk": {"S": "b"}, "sk": {"S": codec.timer_sk(1)}},
+                            UpdateExpression="SET #e = :bad", ExpressionAttributeNames={"#e": "event"},
+                            ExpressionAttributeValues={":bad": {"B": b"\xc1"}})
+    claimed = dstore.claim_due(T0, 10, "n1", MINUTE)
+    assert sorted(r.key for r in claimed) == [("a", 1), ("c", 1)]
+    assert ("b", 1) not in due_members(mock_client, table)
+    assert dead_members(mock_client, table) == {("b", 1)}
+    [item] = [i for i in table_items(mock_client, table) if i["pk"]["S"] == "b"]
+    assert item["state"]["S"] == DEAD and "cannot be read" in item["last_error"]["S"]
+    assert "cannot be read" in caplog.text
+    assert dstore.claim_due(T0 + 1, 10, "n2", MINUTE) == []   # a and c are claimed; b is gone
+
+
 def test_owned_shards_restrict_the_sweep(mock_client, table):
     """In-process moto: a store told its shards (a set, or anything with ``held``) claims only
     rows of those shards."""

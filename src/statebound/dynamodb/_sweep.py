@@ -43,7 +43,7 @@ from collections.abc import Collection, Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from ..exceptions import ConflictError
+from ..exceptions import ConflictError, StoreError, StoreUnavailable
 from ..host.store import CLAIMED, DEAD, DONE, PENDING, Commit, TimerCompletion, TimerKey, TimerRow
 from . import _codec as codec
 from ._codec import N, S
@@ -244,7 +244,13 @@ class Sweep:
         seen: set[TimerKey] = set()
         started = time.monotonic()
         for item in self._shard_items(shard, want + 1 + _SLACK):
-            row = codec.row_from_item(item)
+            try:
+                row = codec.row_from_item(item)
+            except StoreUnavailable:
+                raise
+            except StoreError as exc:
+                self._park_unreadable(item, shard, str(exc))
+                continue
             seen.add(row.key)
             if row.state not in (PENDING, CLAIMED):
                 continue  # a stale index entry
@@ -268,6 +274,39 @@ class Sweep:
                 read_at = known.read_at if known is not None else -NEVER
             self._shards[shard] = _Shard(hint, read_at, hint_key)
         return due
+
+    def _park_unreadable(self, item: dict[str, Any], shard: int, why: str) -> None:
+        """Take a due item that cannot be read out of the due index, as dead, with the
+        reason: it cannot fire, now or on any retry, and left there it failed every read of
+        its shard, so that no sweeper fired anything of that shard again."""
+        pk, sk = item.get("pk", {}).get("S"), item.get("sk", {}).get("S")
+        log.error("timer item %r/%r cannot be read; parking it as dead: %s", pk, sk, why)
+        if not isinstance(pk, str) or not isinstance(sk, str):
+            return
+        try:
+            dead_sk = codec.dead_sort_key((pk, int(sk[len(codec.TIMER_PREFIX):])))
+        except ValueError:
+            dead_sk = f"{pk}{codec.KEY_SEPARATOR}{sk}"
+        store = self.store
+        try:
+            store._call(
+                "update_item", TableName=store.table_name, Key={"pk": S(pk), "sk": S(sk)},
+                UpdateExpression=("SET #state = :dead, #last_error = :why, #dead_pk = :dead_pk, "
+                                  "#dead_sk = :dead_sk REMOVE #gsi_pk, #gsi_due, #claimed_by, #claim_expires"),
+                ConditionExpression="attribute_exists(#pk)",
+                ExpressionAttributeNames={
+                    "#pk": "pk", "#state": "state", "#last_error": "last_error", "#dead_pk": "dead_pk",
+                    "#dead_sk": "dead_sk", "#gsi_pk": "gsi_pk", "#gsi_due": "gsi_due",
+                    "#claimed_by": "claimed_by", "#claim_expires": "claim_expires_ms"},
+                ExpressionAttributeValues={
+                    ":dead": S(DEAD), ":why": S(error_text(f"the stored row cannot be read: {why}")),
+                    ":dead_pk": S(codec.dead_partition(shard)), ":dead_sk": S(dead_sk)})
+        except ConflictError:
+            pass   # gone meanwhile
+        except StoreError as exc:
+            if isinstance(exc, StoreUnavailable):
+                raise
+            log.error("timer item %r/%r could not be parked: %s", pk, sk, exc)
 
     def _shard_items(self, shard: int, cap: int) -> Iterator[dict[str, Any]]:
         """A shard's index items, earliest first, in pages of 2, 4, 8... up to ``cap``.

@@ -32,6 +32,7 @@ Minimum SQLite: 3.24 (``INSERT ... ON CONFLICT DO NOTHING``), checked when a sto
 
 from __future__ import annotations
 
+import logging
 import os
 import sqlite3
 import threading
@@ -48,6 +49,8 @@ from .store import (CLAIMED, DEAD, DONE, PENDING, TIMER, Commit, HistoryRecord, 
                     make_timer_row, pack_field, pack_history, unpack_field, unpack_history)
 
 __all__ = ["SQLiteStore", "SCHEMA_VERSION"]
+
+log = logging.getLogger("statebound")
 
 #: The schema this code writes. A database recording a newer one is refused.
 SCHEMA_VERSION = 3
@@ -194,6 +197,11 @@ _SQL_RELEASE = f"""
            claimed_by = NULL, claim_expires_ms = NULL
      WHERE instance_id = ? AND ordinal = ? AND state != '{DONE}'
        AND NOT (state = '{CLAIMED}' AND claimed_by IS NOT NULL AND claimed_by != ?)"""
+
+_SQL_PARK_UNREADABLE = f"""
+    UPDATE timers SET state = '{DEAD}', attempts = attempts + 1, last_error = ?,
+           claimed_by = NULL, claim_expires_ms = NULL
+     WHERE rowid = ?"""
 
 _SQL_RETRY = f"""
     UPDATE timers
@@ -451,23 +459,29 @@ def _unpack_dedup(data: bytes) -> Any:
     return dedup
 
 
-def _claimed_timers(rows: Sequence[Sequence[Any]], node_id: str, expires: int) -> list[TimerRow]:
+def _claimed_timers(rows: Sequence[Sequence[Any]], node_id: str,
+                    expires: int) -> tuple[list[TimerRow], list[tuple[int, TimerKey, str]]]:
     """The rows of a claim's select as TimerRows just claimed by ``node_id``: the
     claim's per-row work, so the fields are unpacked from the row at once and the event
     decoded without the per-field wrappers (a damaged one is decoded again by the wrapper,
-    whose error names the field)."""
+    whose error names the field). Second, ``(rowid, key, why)`` of each row that cannot
+    be read at all: one damaged row must not fail the claim of the others."""
     out = []
-    for (_rowid, iid, ordinal, target, due, send_id, event, name, dedup, context, _state, attempts,
+    unreadable = []
+    for (rowid, iid, ordinal, target, due, send_id, event, name, dedup, context, _state, attempts,
          next_at, _by, _expires, error, outcome, reason, kind, _ready, _lapsed) in rows:
         try:
-            decoded = _unpackb(event, raw=False, strict_map_key=False)
-        except Exception:   # msgpack raises several unrelated types on bad input
-            decoded = _unpack(event, "timer event")   # raises the StoreError naming the field
-        out.append(make_timer_row(
-            iid, ordinal, target, due, send_id, decoded, name, _unpack_dedup(dedup),
-            None if context == _NIL else _unpack(context, "timer caller_context"),
-            CLAIMED, attempts, next_at, node_id, expires, error, outcome, reason, kind or TIMER))
-    return out
+            try:
+                decoded = _unpackb(event, raw=False, strict_map_key=False)
+            except Exception:   # msgpack raises several unrelated types on bad input
+                decoded = _unpack(event, "timer event")   # raises the StoreError naming the field
+            out.append(make_timer_row(
+                iid, ordinal, target, due, send_id, decoded, name, _unpack_dedup(dedup),
+                None if context == _NIL else _unpack(context, "timer caller_context"),
+                CLAIMED, attempts, next_at, node_id, expires, error, outcome, reason, kind or TIMER))
+        except StoreError as exc:
+            unreadable.append((rowid, (iid, ordinal), str(exc)))
+    return out, unreadable
 
 
 # ----------------------------------------------------------------------------- the store
@@ -1015,7 +1029,16 @@ class SQLiteStore:
                     f"UPDATE timers SET state = '{CLAIMED}', claimed_by = ?, "
                     f"claim_expires_ms = ? WHERE rowid IN ({', '.join('?' * len(chunk))})",
                     (node_id, expires, *chunk))
-        return _claimed_timers(rows, node_id, expires)
+            claimed, unreadable = _claimed_timers(rows, node_id, expires)
+            # A row that cannot be read cannot fire, now or on any retry: parked as dead in
+            # the claim's own transaction, it stops being claimed (and failing) again, and
+            # the operator finds it, with the reason, in dead_timers. Before, it failed every
+            # claim it was in, so every sweeper died on it and its batch's rows waited.
+            for rowid, _key, why in unreadable:
+                self._execute(_SQL_PARK_UNREADABLE, (f"the stored row cannot be read: {why}", rowid))
+        for _rowid, key, why in unreadable:
+            log.error("timer row %s cannot be read; parked as dead: %s", key, why)
+        return claimed
 
     def release(self, key: TimerKey, node_id: str, *, error: str, next_attempt_at_ms: int,
                 dead: bool) -> None:
