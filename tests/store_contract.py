@@ -19,12 +19,14 @@ only assertions are on the :class:`~statebound.host.store.Store` methods' result
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from statebound.exceptions import ConflictError, InvalidInstanceId
-from statebound.host.store import (CANCEL, CLAIMED, DEAD, DONE, INVOKE, PENDING, SEND, TIMER, WAITING,
+from statebound.host.store import (CANCEL, CLAIMED, DEAD, DONE, INVOKE, PENDING, SEND, SUSPENDED, TIMER, WAITING,
                                    BatchStore, Commit, KeyRecord, PositionWrite, Store, TimerCompletion, TimerRef,
                                    TimerRow)
 
@@ -511,6 +513,24 @@ class StoreContract:
         store.release(("a", 1), "n1", error="x", next_attempt_at_ms=5, dead=False)
         row = store.get_timer(("a", 1))
         assert (row.state, row.attempts, row.last_error) == (DONE, 0, None)
+
+    def test_release_keeps_a_suspended_row_parked_and_leaves_waiting_and_dead_rows(self, store):
+        """A delivery that fails after its instance was suspended records the failure and
+        keeps the row suspended (before, it went back to pending and the next sweep
+        delivered it while the instance was suspended); a waiting or dead row is not the
+        releaser's any more and is left as it is."""
+        put(store, timer("a", 1, 10), timer("a", 2, 10), timer("a", 3, 10))
+        store.claim_due(10, 10, "n1", 100)
+        store.release(("a", 3), "n1", error="gave up", next_attempt_at_ms=11, dead=True)
+        put(store, replace(store.get_timer(("a", 1)), state=SUSPENDED, claimed_by=None, claim_expires_ms=None),
+            replace(store.get_timer(("a", 2)), state=WAITING, claimed_by=None, claim_expires_ms=None))
+        for key, dead in ((("a", 1), False), (("a", 1), True), (("a", 2), False), (("a", 3), False)):
+            store.release(key, "n1", error="late failure", next_attempt_at_ms=500, dead=dead)
+        r1, r2, r3 = (store.get_timer(("a", i)) for i in (1, 2, 3))
+        assert (r1.state, r1.attempts, r1.last_error) == (SUSPENDED, 2, "late failure")
+        assert (r2.state, r2.attempts, r2.last_error) == (WAITING, 0, None)
+        assert (r3.state, r3.attempts, r3.last_error) == (DEAD, 1, "gave up")
+        assert store.claim_due(10_000, 10, "n2", 100) == []
 
     def test_release_dead_parks_the_row(self, store):
         put(store, timer("a", 1, 10), timer("a", 2, 10))

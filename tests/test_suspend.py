@@ -108,3 +108,36 @@ def test_a_suspended_instance_can_be_deleted(host):
     host.suspend("o1")
     host.delete("o1")
     assert not host.exists("o1") and host.pending_timers("o1") == []
+
+
+@pytest.mark.parametrize("kind", ["memory", "sqlite"])
+def test_a_delivery_that_fails_after_a_suspend_leaves_its_row_parked(kind, tmp_path):
+    """An outbox send is being delivered when an operator suspends its instance, and then
+    the processor fails. The row used to go back to pending (and, at max_attempts, dead)
+    and the next sweep handed it to the processor while the instance was suspended. It
+    stays parked, with the failure counted, and goes out after resume."""
+    shop = sb.Chart.from_scxml('''<scxml xmlns="http://www.w3.org/2005/07/scxml" name="shop" initial="s"
+        datamodel="python"><state id="s"><transition event="buy">
+        <send type="app" event="receipt"/></transition></state></scxml>''')
+    store = sb.MemoryStore() if kind == "memory" else sb.SQLiteStore(tmp_path / "s.db")
+    calls: list[bool] = []
+    host: sb.Host
+
+    def app(delivery):
+        calls.append(host.is_suspended(delivery.instance_id))
+        if len(calls) == 1:
+            host.suspend(delivery.instance_id)   # the operator, while the call is in flight
+            raise RuntimeError("receipt service down")
+
+    clock = sb.ManualClock(now_ms=1_000)
+    host = sb.Host([shop], store=store, clock=clock, processors={"app": app})
+    host.start("shop", "r1")
+    host.send("r1", "buy")                       # the hand-over after the commit: fails
+    [row] = host.pending_timers("r1")
+    assert (row.state, row.attempts) == ("suspended", 1) and "receipt service down" in row.last_error
+    clock.advance(60_000)
+    assert host.fire_due() == [] and calls == [False]
+    host.resume("r1")
+    clock.advance(60_000)
+    assert [r.outcome for r in host.fire_due()] == ["delivered"]
+    assert calls == [False, False] and host.pending_timers("r1") == []

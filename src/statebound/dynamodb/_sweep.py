@@ -44,7 +44,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from ..exceptions import ConflictError, StoreError, StoreUnavailable
-from ..host.store import CLAIMED, DEAD, DONE, PENDING, Commit, TimerCompletion, TimerKey, TimerRow
+from ..host.store import CLAIMED, DEAD, DONE, PENDING, SUSPENDED, Commit, TimerCompletion, TimerKey, TimerRow
 from . import _codec as codec
 from ._codec import N, S
 
@@ -420,10 +420,15 @@ class Sweep:
             self.forget([key], gone=True)
             return
         row = codec.row_from_item(item)
-        if row.state == DONE or (row.state == CLAIMED and row.claimed_by not in (None, node_id)):
+        if row.state not in (PENDING, CLAIMED, SUSPENDED) or (
+                row.state == CLAIMED and row.claimed_by not in (None, node_id)):
+            # done, dead or waiting meanwhile, or another node's claim: not ours to release
             self.forget([key], gone=row.state == DONE)
             return
-        new = replace(row, state=DEAD if dead else PENDING, attempts=row.attempts + 1,
+        if row.state == SUSPENDED:
+            dead = False   # parked until resume, which sends it back to pending
+        new = replace(row, state=SUSPENDED if row.state == SUSPENDED else DEAD if dead else PENDING,
+                      attempts=row.attempts + 1,
                       last_error=error_text(error), next_attempt_at_ms=next_attempt_at_ms,
                       claimed_by=None, claim_expires_ms=None)
         try:

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from ..exceptions import ConflictError, StateboundError
-from .store import (CLAIMED, DEAD, DONE, PENDING, Commit, HistoryRecord, PositionRecord, TimerCompletion,
+from .store import (CLAIMED, DEAD, DONE, PENDING, SUSPENDED, Commit, HistoryRecord, PositionRecord, TimerCompletion,
                     TimerKey, TimerRow, check_instance_id, commit_instance_ids)
 
 __all__ = ["MemoryStore"]
@@ -168,14 +168,16 @@ class MemoryStore:
 
     def release(self, key: TimerKey, node_id: str, *, error: str, next_attempt_at_ms: int,
                 dead: bool) -> None:
-        """Return a claimed row after a failure (attempts counted, backoff or dead)."""
+        """Return a claimed row after a failure (attempts counted, backoff or dead); a row
+        suspended meanwhile stays suspended, and one done, dead or waiting is left alone."""
         with self._lock:
             row = self._timers.get(key)
-            if row is None or row.state == DONE:
+            if row is None or row.state not in (PENDING, CLAIMED, SUSPENDED):
                 return
             if row.state == CLAIMED and row.claimed_by not in (None, node_id):
                 return
-            self._timers[key] = replace(row, state=DEAD if dead else PENDING,
+            state = SUSPENDED if row.state == SUSPENDED else DEAD if dead else PENDING
+            self._timers[key] = replace(row, state=state,
                                         attempts=row.attempts + 1, last_error=error,
                                         next_attempt_at_ms=next_attempt_at_ms,
                                         claimed_by=None, claim_expires_ms=None)

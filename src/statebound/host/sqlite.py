@@ -44,7 +44,7 @@ from typing import Any
 import msgpack
 
 from ..exceptions import ConflictError, StateboundError, StoreError, StoreUnavailable
-from .store import (CLAIMED, DEAD, DONE, PENDING, TIMER, Commit, HistoryRecord, KeyRecord, PositionRecord,
+from .store import (CLAIMED, DEAD, DONE, PENDING, SUSPENDED, TIMER, Commit, HistoryRecord, KeyRecord, PositionRecord,
                     PositionWrite, TimerCompletion, TimerKey, TimerRef, TimerRow, check_instance_id, commit_instance_ids,
                     make_timer_row, pack_field, pack_history, unpack_field, unpack_history)
 
@@ -190,12 +190,15 @@ _SQL_NEXT_DUE = f"""
         UNION ALL
         SELECT min(ifnull(claim_expires_ms, 0)) FROM timers WHERE state = '{CLAIMED}')"""
 
+# A row suspended while it was being delivered stays suspended (resume brings it back);
+# one finished, dead or waiting meanwhile is no longer the releaser's.
 _SQL_RELEASE = f"""
     UPDATE timers
-       SET state = ?, attempts = attempts + 1, last_error = ?, next_attempt_at_ms = ?,
+       SET state = CASE state WHEN '{SUSPENDED}' THEN '{SUSPENDED}' ELSE ? END,
+           attempts = attempts + 1, last_error = ?, next_attempt_at_ms = ?,
            ready_at_ms = max(due_at_ms, ifnull(?, due_at_ms)),
            claimed_by = NULL, claim_expires_ms = NULL
-     WHERE instance_id = ? AND ordinal = ? AND state != '{DONE}'
+     WHERE instance_id = ? AND ordinal = ? AND state IN ('{PENDING}', '{CLAIMED}', '{SUSPENDED}')
        AND NOT (state = '{CLAIMED}' AND claimed_by IS NOT NULL AND claimed_by != ?)"""
 
 _SQL_PARK_UNREADABLE = f"""
@@ -1043,8 +1046,8 @@ class SQLiteStore:
     def release(self, key: TimerKey, node_id: str, *, error: str, next_attempt_at_ms: int,
                 dead: bool) -> None:
         """Give a row back after a failed delivery: ``attempts += 1``, the error and backoff
-        recorded, or the row parked as ``dead``. A no-op if the row is gone or done, or if
-        another node holds the claim."""
+        recorded, or the row parked as ``dead``; a row suspended meanwhile stays suspended.
+        A no-op if the row is gone, done, dead or waiting, or if another node holds the claim."""
         with self._write():
             self._execute(_SQL_RELEASE, (DEAD if dead else PENDING, error, next_attempt_at_ms,
                                          next_attempt_at_ms, key[0], key[1], node_id))
