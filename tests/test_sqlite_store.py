@@ -83,6 +83,33 @@ def test_newer_schema_is_refused_and_left_alone(db_path):
     assert row == (SCHEMA_VERSION + 1,)
 
 
+def test_a_schema_version_that_is_not_a_number_is_a_store_error(db_path):
+    """It was a bare ValueError (invalid literal for int()) out of the constructor."""
+    SQLiteStore(db_path).close()
+    query(db_path, "UPDATE meta SET value = 'three' WHERE key = 'schema_version'")
+    with pytest.raises(StoreError, match="not a version number"):
+        SQLiteStore(db_path)
+
+
+@pytest.mark.parametrize("timeout_s", [float("nan"), float("inf"), 2_147_484, -1, True, "5"])
+def test_a_busy_timeout_sqlite_cannot_keep_is_refused(tmp_path, timeout_s):
+    """SQLite keeps the busy timeout as int32 milliseconds: 2,147,484 s or more, and NaN,
+    wrapped, and the store answered "locked" at once instead of waiting."""
+    from statebound import InvalidArgument
+    with pytest.raises(InvalidArgument, match="timeout_s"):
+        SQLiteStore(tmp_path / "t.db", timeout_s=timeout_s)
+    assert not (tmp_path / "t.db").exists()
+    SQLiteStore(tmp_path / "t.db", timeout_s=sqlite_mod.MAX_TIMEOUT_S).close()
+
+
+@pytest.mark.parametrize("name", ["a\x00b.db", "a\ud800.db"])
+def test_a_path_sqlite_cannot_open_is_invalid_argument(tmp_path, name):
+    """A NUL or a lone surrogate escaped as a bare ValueError or UnicodeEncodeError."""
+    from statebound import InvalidArgument
+    with pytest.raises(InvalidArgument, match="SQLite path"):
+        SQLiteStore(str(tmp_path / name))
+
+
 def test_older_schema_is_migrated_forward_keeping_data(db_path, monkeypatch):
     with SQLiteStore(db_path) as store:
         create(store, "a", timers_put=[timer("a", 1, 10)])

@@ -43,14 +43,17 @@ from typing import Any
 
 import msgpack
 
-from ..exceptions import ConflictError, StateboundError, StoreError, StoreUnavailable
+from ..exceptions import ConflictError, InvalidArgument, StateboundError, StoreError, StoreUnavailable
 from .store import (CLAIMED, DEAD, DONE, PENDING, SUSPENDED, TIMER, Commit, HistoryRecord, KeyRecord, PositionRecord,
                     PositionWrite, TimerCompletion, TimerKey, TimerRef, TimerRow, check_instance_id, commit_instance_ids,
                     make_timer_row, pack_field, pack_history, unpack_field, unpack_history)
 
-__all__ = ["SQLiteStore", "SCHEMA_VERSION"]
+__all__ = ["SQLiteStore", "SCHEMA_VERSION", "MAX_TIMEOUT_S"]
 
 log = logging.getLogger("statebound")
+
+#: The longest busy timeout SQLite can keep (int32 milliseconds), in seconds.
+MAX_TIMEOUT_S = (2 ** 31 - 1) // 1000
 
 #: The schema this code writes. A database recording a newer one is refused.
 SCHEMA_VERSION = 3
@@ -516,7 +519,9 @@ class SQLiteStore:
     :param path: the database file, or ``":memory:"`` for a private in-memory database
         (tests; nothing is shared or kept).
     :param timeout_s: how long a call waits for another connection's write lock before
-        raising ``StoreUnavailable``.
+        raising ``StoreUnavailable``: 0 to :data:`MAX_TIMEOUT_S` (SQLite keeps it as int32
+        milliseconds); anything else is :class:`~statebound.InvalidArgument`, as is a path
+        with a NUL or a lone surrogate.
     :param keep_done: keep completed timer rows (state ``done``, for inspection); when
         ``False`` a completion deletes the row.
     """
@@ -524,6 +529,18 @@ class SQLiteStore:
     def __init__(self, path: str | os.PathLike[str], *, timeout_s: float = 30.0,
                  keep_done: bool = True) -> None:
         self.path = os.fspath(path)
+        # SQLite keeps the busy timeout as int32 milliseconds: beyond it (and for NaN) the
+        # value wraps, and the store would report "locked" at once instead of waiting
+        if isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float)) or \
+                not 0 <= timeout_s <= MAX_TIMEOUT_S:
+            raise InvalidArgument(f"timeout_s must be a number of seconds from 0 to {MAX_TIMEOUT_S:,}, "
+                                  f"not {timeout_s!r}")
+        try:
+            encoded = os.fsencode(self.path)
+        except UnicodeEncodeError as exc:   # a lone surrogate
+            raise InvalidArgument(f"the SQLite path {self.path!r} is not valid Unicode: {exc.reason}") from None
+        if b"\x00" in encoded:
+            raise InvalidArgument(f"a SQLite path cannot hold a NUL character: {self.path!r}")
         self.timeout_s = timeout_s
         self._keep_done = keep_done
         self._lock = threading.Lock()
@@ -692,7 +709,13 @@ class SQLiteStore:
         if not has_meta:
             return 0
         row = self._execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
-        return 0 if row is None else int(row[0])
+        if row is None:
+            return 0
+        try:
+            return int(row[0])
+        except (TypeError, ValueError):
+            raise StoreError(f"{self.path}: meta.schema_version is {row[0]!r}, not a version number: "
+                             "not a statebound database, or a damaged one") from None
 
     def _refuse_newer(self, found: int) -> None:
         if found > SCHEMA_VERSION:
