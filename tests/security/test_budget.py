@@ -194,3 +194,33 @@ def test_chart_functions_run_under_the_budget_wherever_they_are_called(hostile, 
     out.assert_contained()
     assert out.error is None and out.raw["metrics"]["budget_exhausted"] == 1, out.raw
     assert out.raw["datamodel"] == {"n": 0, "fs": []}
+
+
+def test_a_plan_that_steps_aside_hands_its_budget_to_the_full_macrostep(monkeypatch):
+    """``Interpreter.drive`` without a budget makes one per drive. When the cached static
+    plan stepped aside (its content raised), the full macrostep made a second, fresh one:
+    a script that burned most of ``max_cpu_ms`` and then threw ran twice, each time under
+    a whole budget, so one drive could spend twice the cap, and whether it ran out depended
+    on whether the plan was cached yet. Now a drive has one budget, whichever path it takes."""
+    import statebound as sb
+    from statebound.datamodel import budget as budget_mod
+    chart = sb.Chart.from_scxml(
+        '<scxml xmlns="http://www.w3.org/2005/07/scxml" version="1.0" datamodel="python" initial="a">'
+        '<datamodel><data id="n" expr="0"/></datamodel><state id="a"><transition event="go">'
+        '<script>n = n + 1\nfor i in range(3):\n    n = n + i\nraise ValueError("boom")</script>'
+        '</transition></state></scxml>')
+    interp = sb.Interpreter(chart, max_cpu_ms=2_000)
+    pos, _ = interp.start("s")
+    made: list[object] = []
+    real = budget_mod.Budget.unchecked.__func__
+
+    def counted(cls, cpu_ms, memory_bytes):
+        b = real(cls, cpu_ms, memory_bytes)
+        made.append(b)
+        return b
+    monkeypatch.setattr(budget_mod.Budget, "unchecked", classmethod(counted))
+    for _ in range(4):   # the first drives plan and cache; the later ones step aside from the plan
+        made.clear()
+        new, effects = interp.drive(pos, "go")
+        assert len(made) == 1, made
+        assert new.datamodel["n"] == 0 and [e.label for e in effects] == ["error.execution"]

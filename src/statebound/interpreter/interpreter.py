@@ -252,7 +252,9 @@ class Interpreter:
                 if type(fast) is tuple:
                     return advance(position, fast), ()
             if fast is not None and fast is not _UNKNOWN:
-                done = self._run_plan(fast, position, name, ev, budget)
+                # stepping aside, the plan hands back what it spent: the full macrostep goes
+                # on with that budget, so one drive never gets two
+                done, budget = self._run_plan(fast, position, name, ev, budget)
                 if done is not None:
                     return done
         if ev is None:
@@ -316,8 +318,9 @@ class Interpreter:
                        0, self.max_rounds, None, budget)
 
     def _run_plan(self, plan: Plan, pos: Position, name: str, ev: Event | None,
-                  budget: Budget | None) -> tuple[Position, tuple[Effect, ...]] | None:
-        """Drive ``pos`` along ``plan``; ``None`` when the full macrostep must run instead.
+                  budget: Budget | None) -> tuple[tuple[Position, tuple[Effect, ...]] | None, Budget | None]:
+        """Drive ``pos`` along ``plan``: ``(the drive's result, budget)``, or ``(None,
+        budget)`` when the full macrostep must run instead, out of the same ``budget``.
 
         The drive's own budget (none was given) is made only when something needs it: code
         that can loop, or a check (see :class:`~statebound.interpreter.static.Quick`).
@@ -346,25 +349,25 @@ class Interpreter:
                     micro = micro_step(self._scratch(pos.states, q.budget), [transitions[i] for i in picked])
                     _put(plan.micros, picked, micro)
             if micro is None:
-                return None
+                return None, q.budget
             if micro.cost is None and q.budget is None:  # content that can loop ticks the budget itself
                 q.budget = ctx.budget = self._budget(None)
             run_micro(micro, q, config)
             packed = pos.data if ctx is _INERT else pack_vars(ctx.variables())
         except BudgetSpent as exc:
-            return pos, _spent(exc, name, pos.macrostep + 1, q.microstep_no, 0)
+            return (pos, _spent(exc, name, pos.macrostep + 1, q.microstep_no, 0)), q.budget
         except (EvaluationError, SerializationError):
             self._abandon(plan, pos.states, name)
-            return None
+            return None, q.budget
         if plan.misses:
             plan.misses = 0
         initialized = pos.initialized
         if self._late and not micro.entered.issubset(initialized):
             initialized = tuple(sorted(micro.entered.union(initialized)))
-        return make_position(self.chart, pos.session_id, RUNNING, micro.states, pos.history, packed,
-                             pos.macrostep + 1, pos.send_counter, pos.ordinal, pos.invoke_counter,
-                             pos.invocations, initialized, pos.parent, pos.invokeid, pos.timeouts,
-                             pos.routes, pos.ioprocessors, pos.callbacks, pos.invokers), tuple(q.effects)
+        return (make_position(self.chart, pos.session_id, RUNNING, micro.states, pos.history, packed,
+                              pos.macrostep + 1, pos.send_counter, pos.ordinal, pos.invoke_counter,
+                              pos.invocations, initialized, pos.parent, pos.invokeid, pos.timeouts,
+                              pos.routes, pos.ioprocessors, pos.callbacks, pos.invokers), tuple(q.effects)), q.budget
 
     def _abandon(self, plan: Plan, states: tuple[int, ...], name: str) -> None:
         """A plan stepped aside: after ``ABANDON_LIMIT`` in a row it is dropped, so a hot
