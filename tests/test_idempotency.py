@@ -61,6 +61,17 @@ def test_a_repeated_key_applies_once_and_writes_nothing(host):
     assert n(host) == 2
 
 
+def test_a_key_with_data_too_deep_to_store_is_a_serialization_error(host):
+    """It was a bare RecursionError out of host.send (the fingerprint recursed per level)."""
+    deep: object = 1
+    for _ in range(2_000):
+        deep = [deep]
+    version = host.store.load("c").version
+    with pytest.raises(sb.SerializationError, match="nests too deeply"):
+        host.send("c", "inc", {"d": deep}, idempotency_key="k-deep")
+    assert host.store.load("c").version == version
+
+
 def test_data_order_does_not_make_another_request(host):
     host.send("c", "inc", {"a": 1, "b": [1, {"x": 2, "y": 3}]}, idempotency_key="k")
     host.send("c", "inc", {"b": [1, {"y": 3, "x": 2}], "a": 1}, idempotency_key="k")

@@ -53,6 +53,19 @@ def test_loads_refuses_what_strict_parsers_refuse(text):
     assert isinstance(info.value, ValueError)  # callers that caught ValueError still do
 
 
+def test_loads_refuses_nesting_past_max_depth_and_takes_it_up_to_there():
+    """The stdlib parser goes to about 1,000 levels, but what runs after it recursed per
+    level and failed from about 495 (writing the HTTP answer, fingerprinting a key)."""
+    for deep in ("[" * 257 + "]" * 257, '{"a":' * 257 + "1" + "}" * 257,
+                 "[" + '{"a":[' * 200 + "]}" * 200 + "]", "[" * 900 + "]" * 900):
+        with pytest.raises(sb.InvalidJSON, match="nest more than 256"):
+            jsonio.loads(deep)
+    assert jsonio.loads("[" * 256 + "]" * 256) is not None
+    ok = jsonio.loads('{"a":' * 256 + "1" + "}" * 256)
+    assert jsonio.loads(jsonio.dumps(ok)) == ok
+    assert jsonio.MAX_DEPTH == 256
+
+
 def test_loads_accepts_large_finite_numbers():
     assert jsonio.loads('{"x": 1e308, "n": 123456789012345678901234567890}') == {
         "x": 1e308, "n": 123456789012345678901234567890}

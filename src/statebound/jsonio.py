@@ -19,7 +19,13 @@ from typing import Any
 
 from .exceptions import InvalidJSON
 
-__all__ = ["loads", "dumps"]
+__all__ = ["loads", "dumps", "MAX_DEPTH"]
+
+#: How deeply arrays and objects may nest in a document :func:`loads` accepts. The stdlib
+#: parser goes to about 1,000 levels, but code after it (writing the answer, fingerprinting an
+#: idempotency key) recurses once or twice per level and failed from about 495, after the
+#: instance was written. 256 is also what an ecmascript datamodel value may nest.
+MAX_DEPTH = 256
 
 
 def _refuse_constant(name: str) -> Any:
@@ -36,14 +42,35 @@ def _finite_float(text: str) -> float:
 def loads(text: str | bytes) -> Any:
     """Parse strict JSON.
 
-    :raises InvalidJSON: malformed text, ``NaN``/``Infinity``, or a float that overflows.
+    :raises InvalidJSON: malformed text, ``NaN``/``Infinity``, a float that overflows, or
+        nesting deeper than :data:`MAX_DEPTH`.
     """
     try:
-        return json.loads(text, parse_constant=_refuse_constant, parse_float=_finite_float)
+        value = json.loads(text, parse_constant=_refuse_constant, parse_float=_finite_float)
     except InvalidJSON:
         raise
     except (ValueError, RecursionError) as exc:  # JSONDecodeError, bad UTF-8, absurd nesting
         raise InvalidJSON(f"not valid JSON: {exc}") from None
+    if _deeper_than(value, MAX_DEPTH):
+        raise InvalidJSON(f"arrays and objects nest more than {MAX_DEPTH} levels deep")
+    return value
+
+
+def _deeper_than(value: Any, limit: int) -> bool:
+    # level by level: it must not run out of stack on what it is there to refuse
+    level = [value] if isinstance(value, (dict, list)) else []
+    depth = 0
+    while level:
+        depth += 1
+        if depth > limit:
+            return True
+        below = []
+        for v in level:
+            for x in (v.values() if type(v) is dict else v):
+                if type(x) is dict or type(x) is list:
+                    below.append(x)
+        level = below
+    return False
 
 
 def _finite(value: Any) -> Any:

@@ -28,6 +28,21 @@ def test_nan_and_infinity_in_a_body_are_400_and_nothing_is_written(lam, raw):
     assert _position(lam, "n") is None
 
 
+@pytest.mark.parametrize("key", [None, "start-1"])
+def test_data_nested_too_deeply_is_400_before_anything_is_written(lam, key):
+    """600 levels: the parser took it, the instance was written, and then writing the
+    answer (or fingerprinting the key) ran out of stack: a 500, a 409 on the retry, and an
+    instance whose every later answer was a 500."""
+    deep: object = 1
+    for _ in range(600):
+        deep = [deep]
+    headers = {"Idempotency-Key": key} if key else {}
+    status, payload = lam.call("POST", "/instances/deep", {"chart": "order", "data": {"amount": 1, "x": deep}},
+                               headers=headers)
+    assert status == 400 and "nest" in payload["error"]
+    assert _position(lam, "deep") is None
+
+
 def test_nan_in_an_event_body_is_400_and_the_instance_is_unchanged(lam):
     lam.call("POST", "/instances/n", {"chart": "order"})
     before = _position(lam, "n")

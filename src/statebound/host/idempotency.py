@@ -17,7 +17,7 @@ import hashlib
 from collections.abc import Sequence
 from typing import Any
 
-from ..exceptions import InvalidArgument
+from ..exceptions import InvalidArgument, SerializationError
 from ..events import Event
 from .store import KeyRecord, pack_field
 
@@ -39,8 +39,12 @@ def _canonical(value: Any) -> Any:
 
 
 def _digest(parts: list[Any]) -> bytes:
-    return hashlib.blake2b(pack_field(_canonical(parts), "idempotency fingerprint data"),
-                           digest_size=16).digest()
+    try:
+        canonical = _canonical(parts)
+    except RecursionError:
+        # no store could hold it either (msgpack stops at 512 levels): refused like them
+        raise SerializationError("the data nests too deeply to be stored") from None
+    return hashlib.blake2b(pack_field(canonical, "idempotency fingerprint data"), digest_size=16).digest()
 
 
 def event_fingerprint(event: Event) -> bytes:
