@@ -645,6 +645,27 @@ class RepeatingClient:
         return twice
 
 
+@pytest.mark.parametrize("op", ["delete_item", "transact_write_items"])
+def test_a_retried_delete_that_already_landed_reports_success(mock_client, table, op):
+    """In-process moto: a delete sent twice (its first answer lost) finds, the second time,
+    nothing to delete; the host used to reload and raise InstanceNotFound for an instance it
+    had just deleted. Without timers the delete is one DeleteItem, with one a transaction."""
+    import statebound as sb
+    chart = sb.Chart.from_scxml(
+        '<scxml xmlns="http://www.w3.org/2005/07/scxml" version="1.0" datamodel="python" name="t" '
+        'initial="s"><state id="s"><transition event="arm"><send event="x" delay="1h"/></transition>'
+        '</state></scxml>')
+    host = sb.Host([chart], store=make_store(RepeatingClient(mock_client, op), table),
+                   clock=sb.ManualClock(T0))
+    host.start("t", "a")
+    if op == "transact_write_items":
+        host.send("a", "arm")
+    host.delete("a")
+    assert host.store.load("a") is None and table_items(mock_client, table) == []
+    with pytest.raises(sb.InstanceNotFound):   # a delete of an instance that is not there still says so
+        host.delete("a")
+
+
 @pytest.mark.parametrize("op", ["put_item", "transact_write_items"])
 def test_a_retried_commit_that_already_landed_is_not_a_conflict(mock_client, table, op):
     """In-process moto: the repeated request's condition fails on the commit's own write;

@@ -470,14 +470,23 @@ class Host:
     def delete(self, instance_id: str) -> None:
         """Purge the instance, its timer rows and (recursively) its invoked children.
 
+        A delete that found the instance and, retrying after a conflict, finds it gone
+        returns normally: the instance is gone either way, whether this call's own write
+        landed and its answer was lost (a timeout on the wire) or another caller deleted it.
+
         :raises InstanceNotFound: no such instance.
         """
         if self._tracing is not None and not self._tracing.inside():
             return self._tracing.call("delete", instance_id, None, lambda _: self.delete(instance_id))
+        found = False
 
         def unit(u: _Unit) -> None:
+            nonlocal found
             if runner.load(self, u, instance_id) is None:
+                if found:
+                    return
                 raise InstanceNotFound(instance_id)
+            found = True
             delete_instance(self, u, instance_id)
         runner.run(self, unit)
 
