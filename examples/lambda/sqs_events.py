@@ -149,14 +149,24 @@ def _dead_letter(record: dict[str, Any], exc: BaseException) -> bool:
         value = {"StringValue": attr["stringValue"]} if "stringValue" in attr else \
             {"BinaryValue": base64.b64decode(attr.get("binaryValue") or "")}   # Lambda hands it base64
         attributes[name] = {"DataType": kind, **value}
-    ours = {"statebound.error_type": type(exc).__name__,
-            "statebound.error": (str(exc).splitlines() or [""])[0][:1000] or type(exc).__name__,
+    # Most needed first: without the key, two dead-lettered copies of one message would both
+    # apply when redriven. A name already there is overwritten (an earlier failure's reason
+    # is stale); a new one needs one of SQS's 10 slots, and a producer may have taken them.
+    ours = {"statebound.error": (str(exc).splitlines() or [""])[0][:1000] or type(exc).__name__,
+            "statebound.error_type": type(exc).__name__,
             "statebound.source_message_id": record["messageId"]}
     if "idempotency_key" not in attributes:
         ours = {"idempotency_key": record["messageId"], **ours}
+    dropped = []
     for name, value in ours.items():
-        if len(attributes) < _MAX_ATTRIBUTES:
+        if name in attributes or len(attributes) < _MAX_ATTRIBUTES:
             attributes[name] = {"DataType": "String", "StringValue": value}
+        else:
+            dropped.append(name)
+    if dropped:
+        logger.warning("the dead-letter copy keeps the producer's attributes and has no room for %s",
+                       ", ".join(dropped), extra={"error_type": type(exc).__name__, "error": ours.get(
+                           "statebound.error")})
     try:
         _client().send_message(QueueUrl=url, MessageBody=record.get("body") or "", MessageAttributes=attributes)
     except Exception:

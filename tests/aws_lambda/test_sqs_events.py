@@ -148,6 +148,34 @@ def test_bad_records_are_dead_lettered_with_the_reason_and_the_others_applied(la
         assert m["Body"] == sent_bodies[source]          # a redrive sends the same event
 
 
+@pytest.mark.parametrize("taken", [7, 10])
+def test_a_dead_letter_copy_keeps_the_key_first_when_the_producer_took_the_attribute_slots(lam, taken, caplog):
+    """SQS allows 10 attributes. A producer that sent 10 left no room, and the copy lost
+    the reason and the idempotency key without a word; one that sent 7 lost the key's
+    company. Now the key comes first, then the reason; what does not fit is logged."""
+    producer = {f"a{i}": str(i) for i in range(taken)}
+    source = send(lam, {"instance_id": "nobody", "event": "StartPayment"}, **producer)
+    poll(lam)
+    [dead] = lam.received(lam.dead_letters)
+    attrs = dead["MessageAttributes"]
+    assert {k: attrs[k]["StringValue"] for k in producer} == producer     # the producer's are kept
+    if taken == 7:
+        assert attrs["idempotency_key"]["StringValue"] == source
+        assert attrs["statebound.error_type"]["StringValue"] == "InstanceNotFound"
+        assert "statebound.error" in attrs and "statebound.source_message_id" in caplog.text
+    else:
+        assert len(attrs) == 10 and "no room for idempotency_key" in caplog.text
+
+
+def test_a_copy_dead_lettered_again_carries_the_new_reason(lam):
+    send(lam, {"instance_id": "nobody", "event": "StartPayment"},
+         **{"statebound.error": "an old reason", "statebound.error_type": "OldError"})
+    poll(lam)
+    [dead] = lam.received(lam.dead_letters)
+    assert dead["MessageAttributes"]["statebound.error_type"]["StringValue"] == "InstanceNotFound"
+    assert "old" not in dead["MessageAttributes"]["statebound.error"]["StringValue"]
+
+
 def test_a_transient_failure_is_reported_alone_and_applied_once_on_redelivery(lam):
     """DynamoDB throttles every read of one instance: the store's retries run out
     (StoreUnavailable), that record alone is reported, and SQS's redelivery applies it."""
