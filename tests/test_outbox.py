@@ -559,3 +559,76 @@ def test_the_pure_interpreter_emits_processor_sends_and_handler_invokes_it_is_of
     _bare, bare_effects = interp.start("j")                 # offered nothing: error.execution, nothing to do
     # (each raised error.* is reported as a Log effect, ADR 0012; nothing is sent or invoked)
     assert [(type(e).__name__, e.label) for e in bare_effects] == [("Log", "error.execution")] * 2
+
+
+class Unprintable(Exception):
+    """What a careless client library raises: its __str__ itself fails."""
+
+    def __str__(self) -> str:
+        raise RuntimeError("no str for you")
+
+
+def test_an_exception_that_cannot_be_printed_is_still_a_failed_delivery(make):
+    """The row's error text was built with f"{exc}" outside any guard: every fire of the
+    row raised RuntimeError out of fire_due (and killed the sweeper), the attempt was never
+    counted and the row never died. It now backs off and dies like any failure."""
+    calls: list[int] = []
+
+    def app(delivery: Delivery) -> None:
+        calls.append(delivery.attempt)
+        raise Unprintable()
+    host, clock = make(processors={"app": app}, max_attempts=3)
+    host.start("shop", "s1")
+    host.send("s1", "Notify")
+    for _ in range(3):
+        clock.advance(60_000)
+        sb.Sweeper(host).run_once()
+    assert calls == [1, 2, 3]
+    [row] = [r for r in host.pending_timers("s1") if r.kind == SEND]
+    assert row.state == DEAD and row.last_error == "Unprintable: <str() of this exception raised RuntimeError>"
+    assert host.get("s1").configuration == {"Unreachable"}
+
+
+GUARDED = """<scxml xmlns="http://www.w3.org/2005/07/scxml" xmlns:sb="urn:statebound" version="1.0"
+       datamodel="python" name="guarded" initial="Idle">
+  <state id="Idle"><transition event="Pay" target="Charging"/></state>
+  <state id="Charging">
+    <sb:timeout event="Timeout" after="1h"/>
+    <invoke type="payment" id="charge"/>
+    <transition event="done.invoke.charge" target="Paid"/>
+    <transition event="Timeout" target="TimedOut"/>
+  </state>
+  <state id="Paid"/><state id="TimedOut"/>
+</scxml>"""
+
+
+@pytest.mark.parametrize("kind", ["memory", "sqlite"])
+def test_a_token_naming_another_row_never_finishes_that_row(kind, tmp_path):
+    """complete_invoke with a token whose generation is the ordinal of the state's
+    <sb:timeout> row "discarded" the result and marked the timer row done with it: the
+    timeout never fired. A token must name a generation of this invocation to touch a row."""
+    store = sb.MemoryStore() if kind == "memory" else sb.SQLiteStore(tmp_path / "g.db")
+
+    class Later:
+        def __init__(self) -> None:
+            self.requests: list[InvokeRequest] = []
+
+        def start(self, request: InvokeRequest) -> Pending:
+            self.requests.append(request)
+            return Pending("queued")
+    gateway = Later()
+    clock = sb.ManualClock(T0)
+    host = sb.Host([sb.Chart.from_scxml(GUARDED)], store=store, clock=clock, invokers={"payment": gateway})
+    host.start("guarded", "o1")
+    host.send("o1", "Pay")
+    [timer] = [r for r in host.pending_timers("o1") if r.kind == "timer"]
+    assert gateway.requests[0].token != f"o1:charge:{timer.ordinal}"
+    result = host.complete_invoke("o1", "charge", {"x": 1}, token=f"o1:charge:{timer.ordinal}")
+    assert result.outcome == "discarded" and result.key is None
+    assert host.store.get_timer(timer.key).state == PENDING
+    with pytest.raises(sb.InvalidArgument):
+        host.complete_invoke("o1", "charge", {"x": 1}, token="o1:charge:²")
+    assert [r.state for r in host.pending_timers("o1") if r.kind == INVOKE] == [WAITING]   # untouched too
+    clock.advance(3_600_000)
+    assert [r.outcome for r in host.fire_due()] == ["fired"]
+    assert host.get("o1").configuration == {"TimedOut"}

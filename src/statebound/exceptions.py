@@ -104,6 +104,17 @@ class StateboundError(Exception):
         return _rebuild, (type(self), self.args, self.__dict__)
 
 
+def describe(exc: BaseException) -> str:
+    """``"Type: message"`` for an exception raised by code the host calls (a processor, a
+    handler, a log sink), even one whose ``__str__`` raises: that text is written on the
+    row, and a formatting error there would fail the sweep instead of the row."""
+    try:
+        text = str(exc)
+    except Exception as inner:  # whatever __str__ raises
+        text = f"<str() of this exception raised {type(inner).__name__}>"
+    return f"{type(exc).__name__}: {text}"
+
+
 def _rebuild(cls: type[StateboundError], args: tuple[Any, ...], state: dict[str, Any]) -> StateboundError:
     """A pickled :class:`StateboundError` as it was, without calling its ``__init__`` again."""
     exc = cls.__new__(cls)

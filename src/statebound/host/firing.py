@@ -15,7 +15,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from ..events import Event
-from ..exceptions import StoreError, StoreUnavailable
+from ..exceptions import StoreError, StoreUnavailable, describe
 from ..interpreter.state import RUNNING
 from .delivery import drop_ref
 from .runner import load, wake
@@ -72,8 +72,9 @@ def fire_completion(row: TimerRow, node: str, result: tuple[str, str | None]) ->
 
 def fire_failed(h: Host, row: TimerRow, node: str, exc: Exception, lag: int) -> FireResult:
     """A timer's delivery failed: release the row with backoff, or park it as dead."""
-    release(h, row, node, f"{type(exc).__name__}: {exc}", row.attempts + 1)
-    return FireResult(row.key, "failed", str(exc), lag)
+    text = describe(exc)
+    release(h, row, node, text, row.attempts + 1)
+    return FireResult(row.key, "failed", text.partition(": ")[2], lag)
 
 
 def release(h: Host, row: TimerRow, node: str, error: str, attempts: int) -> None:

@@ -48,7 +48,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..effects import Invoke
 from ..events import BASICHTTP_PROCESSOR, Event
-from ..exceptions import DeliveryRejected, InstanceNotFound, InvalidArgument, SerializationError
+from ..exceptions import DeliveryRejected, InstanceNotFound, InvalidArgument, SerializationError, describe
 from ..interpreter.state import RUNNING
 from .delivery import drop_ref, next_ordinal
 from .firing import count, release
@@ -347,9 +347,9 @@ class Outbox:
             try:
                 hook(_request(row))
             except Exception as exc:  # best effort: one try, the failure kept on the row
-                reason += f"; the cancel hook failed ({type(exc).__name__}: {exc})"
+                reason += f"; the cancel hook failed ({describe(exc)})"
                 log.warning("invoke %r of %r: cancel hook failed: %s", row.event.get("invokeid"),
-                            row.instance_id, exc)
+                            row.instance_id, describe(exc))
         return self._finish(row, node, "cancelled", reason, lag, leave_refs=True)
 
     # ------------------------------------------------------------------ completing
@@ -374,7 +374,7 @@ class Outbox:
         """A delivery failed: back off and retry, or park the row dead and tell the chart."""
         h = self.host
         attempts = row.attempts + 1
-        text = f"{type(exc).__name__}: {exc}"
+        text = describe(exc)
         dead = isinstance(exc, (DeliveryRejected, SerializationError)) or attempts >= h.max_attempts
         if not dead:
             release(h, row, node, text, attempts)
@@ -449,6 +449,9 @@ class Outbox:
                        "already finished); pass the request's token to record this on its row")
             reason = f"result discarded: {why}"
             row = None if key is None else (u.puts.get(key) or h.store.get_timer(key))
+            if row is not None and not _of_invocation(row, invokeid):
+                # a token naming another row (a timer, another invoke): never touch that row
+                row = found[0] = None
             if row is None or key is None:
                 return "discarded", reason, None
             if row.state != DONE:
@@ -472,9 +475,14 @@ class Outbox:
         return self._deliver_result(instance_id, invokeid, generation, event, ctx, None, 0)
 
 
+def _of_invocation(row: TimerRow, invokeid: str) -> bool:
+    """Whether ``row`` is a generation of invoke ``invokeid`` (its start, or its cancel)."""
+    return row.kind in (INVOKE, CANCEL) and row.event.get("invokeid") == invokeid
+
+
 def _parse_token(token: str, instance_id: str, invokeid: str) -> int:
     prefix = f"{instance_id}:{invokeid}:"
     tail = token[len(prefix):] if isinstance(token, str) and token.startswith(prefix) else ""
-    if not tail.isdigit():
+    if not (tail.isascii() and tail.isdigit()):   # isdigit alone takes "²", which int() refuses
         raise InvalidArgument(f"token {token!r} is not one of invoke {invokeid!r} of instance {instance_id!r}")
     return int(tail)
