@@ -47,12 +47,52 @@ def test_parse(url, parsed):
     ("dynamodb://tbl?shards=many", "not an int"),
     ("dynamodb://tbl?region=", "is empty"),
     ("memory://somewhere", "takes no location"),
+    # a NUL, a lone surrogate or percent-escapes that are not UTF-8 never reach a backend
+    ("sqlite:///a%00b.db", "NUL"),
+    ("a\x00b.db", "NUL"),
+    ("\ud800.db", "lone surrogate"),
+    ("sqlite:///a\ud800.db", "lone surrogate"),
+    ("sqlite:///%E9.db", "not UTF-8"),
+    ("sqlite:///x.db?timeout_s=%ff", "not UTF-8"),
+    ("dynamodb://tbl?region=eu%ff", "not UTF-8"),
+    ("dynamodb://tbl?region=eu%00", "NUL"),
+    ("dynamodb://[tbl", "IPv6"),
+    # a busy timeout SQLite cannot hold: nan passes a sign check, and past 2**31-1 ms it wraps
+    ("sqlite:///x.db?timeout_s=nan", "finite"),
+    ("sqlite:///x.db?timeout_s=inf", "finite"),
+    ("sqlite:///x.db?timeout_s=1e400", "finite"),
+    ("sqlite:///x.db?timeout_s=2147483.5", "at most 2147483"),
+    ("sqlite:///x.db?timeout_s=1e300", "at most"),
 ])
 def test_bad_urls_are_typed_errors(url, words):
     with pytest.raises(sb.InvalidStoreURL) as err:
         sb.open_store(url)
     assert words in str(err.value)
     assert isinstance(err.value, sb.StoreError) and isinstance(err.value, ValueError)
+
+
+def test_the_url_limit_is_the_stores():
+    from statebound.host.sqlite import MAX_TIMEOUT_S
+    from statebound.storeurl import _MAX_TIMEOUT_S
+    assert _MAX_TIMEOUT_S == MAX_TIMEOUT_S
+
+
+def test_refused_urls_create_nothing(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    for url in ("sqlite:///%E9.db", "sqlite:///%ff.db", "sqlite:///x.db?timeout_s=nan", "sqlite:///a%00b.db"):
+        with pytest.raises(sb.InvalidStoreURL):
+            sb.open_store(url)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_longest_timeout_and_non_utf8_plain_paths_still_open(tmp_path):
+    store = sb.open_store(f"sqlite:///{tmp_path / 'a.db'}?timeout_s=2147483")
+    assert store.timeout_s == 2147483
+    store.close()
+    # a file name that is not UTF-8 arrives from sys.argv as surrogate escapes: it is a path
+    store = sb.open_store(str(tmp_path / "caf\udce9.db"))
+    store.close()
+    assert (bytes(tmp_path) + b"/caf\xe9.db") in [bytes(p) for p in tmp_path.iterdir()]
 
 
 def test_opens_each_backend(tmp_path):

@@ -17,6 +17,8 @@ free of boto3 and sqlite3, and a SQLite URL never imports boto3. Every malformed
 
 from __future__ import annotations
 
+import math
+import os
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -36,6 +38,10 @@ _OPTIONS: dict[str, dict[str, type]] = {
 }
 _TABLE_NAME = re.compile(r"[A-Za-z0-9_.-]{3,255}")
 _TRUE, _FALSE = {"1", "true", "yes", "on"}, {"0", "false", "no", "off"}
+#: SQLite takes its busy timeout as a C int of milliseconds: a longer ``timeout_s`` would wrap
+#: to a negative one, which SQLite reads as "never wait", the opposite of what was asked. The
+#: same whole seconds as ``statebound.host.sqlite.MAX_TIMEOUT_S``, which would import sqlite3.
+_MAX_TIMEOUT_S = (2**31 - 1) // 1000
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,11 +74,34 @@ def _convert(url: str, scheme: str, name: str, raw: str) -> Any:
     except ValueError:
         raise InvalidStoreURL(f"store URL {url!r}: option {name}={raw!r} is not a{'n' if kind is int else ''} "
                               f"{kind.__name__}") from None
+    if kind is float and not math.isfinite(value):   # nan would pass the sign check below
+        raise InvalidStoreURL(f"store URL {url!r}: option {name} must be a finite number, not {raw!r}")
     if kind in (int, float) and value <= 0:
         raise InvalidStoreURL(f"store URL {url!r}: option {name} must be positive, not {raw!r}")
-    if kind is str and not value:
-        raise InvalidStoreURL(f"store URL {url!r}: option {name} is empty")
+    if name == "timeout_s" and value > _MAX_TIMEOUT_S:
+        raise InvalidStoreURL(f"store URL {url!r}: option timeout_s must be at most {_MAX_TIMEOUT_S} "
+                              f"(SQLite's busy timeout is a 32-bit count of milliseconds), not {raw!r}")
+    if kind is str:
+        if not value:
+            raise InvalidStoreURL(f"store URL {url!r}: option {name} is empty")
+        _check_text(url, f"option {name}", value, path=False)
     return value
+
+
+def _check_text(url: str, what: str, text: str, *, path: bool) -> None:
+    """Refuse what no backend can take, as InvalidStoreURL rather than the ValueError or
+    UnicodeError the backend would raise later: a NUL, or a character with no byte form.
+
+    A path is held to the filesystem's rule (``os.fsencode``), so a file name that is not
+    UTF-8, which reaches Python as surrogate escapes (from ``sys.argv``), still opens.
+    """
+    if "\x00" in text:
+        raise InvalidStoreURL(f"store URL {url!r}: the {what} holds a NUL character")
+    try:
+        os.fsencode(text) if path else text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidStoreURL(f"store URL {url!r}: the {what} is not valid Unicode "
+                              "(it holds a lone surrogate)") from None
 
 
 def parse_store_url(url: str) -> StoreURL:
@@ -83,8 +112,12 @@ def parse_store_url(url: str) -> StoreURL:
     if not isinstance(url, str) or not url.strip():
         raise InvalidStoreURL("a store URL must be a non-empty string")
     if "://" not in url:
+        _check_text(url, "path", url, path=True)
         return StoreURL("sqlite", url)      # a plain path; it may hold ':' or '?' legitimately
-    parts = urlsplit(url)
+    try:
+        parts = urlsplit(url)
+    except ValueError as exc:   # an unbalanced '[' reads as a broken IPv6 host
+        raise InvalidStoreURL(f"store URL {url!r}: {exc}") from None
     scheme = parts.scheme.lower()
     if scheme not in _OPTIONS:
         raise InvalidStoreURL(f"store URL {url!r}: unknown scheme {parts.scheme!r} "
@@ -92,7 +125,11 @@ def parse_store_url(url: str) -> StoreURL:
     if parts.fragment:
         raise InvalidStoreURL(f"store URL {url!r}: a fragment ('#...') means nothing here")
     options: dict[str, Any] = {}
-    for name, raw in parse_qsl(parts.query, keep_blank_values=True, strict_parsing=False):
+    try:   # strict: a '%ff' decoded with the default 'replace' would become U+FFFD unseen
+        query = parse_qsl(parts.query, keep_blank_values=True, strict_parsing=False, errors="strict")
+    except UnicodeDecodeError:
+        raise InvalidStoreURL(f"store URL {url!r}: the options are not UTF-8 once percent-decoded") from None
+    for name, raw in query:
         if name in options:
             raise InvalidStoreURL(f"store URL {url!r}: option {name!r} is given twice")
         options[name] = _convert(url, scheme, name, raw)
@@ -100,9 +137,14 @@ def parse_store_url(url: str) -> StoreURL:
         if parts.netloc:
             raise InvalidStoreURL(f"store URL {url!r}: sqlite URLs have no host; write sqlite:///relative.db "
                                   "or sqlite:////absolute/path.db")
-        path = unquote(parts.path[1:])   # the slash after '//' separates; what follows is the path
+        try:   # the slash after '//' separates; what follows is the path
+            path = unquote(parts.path[1:], errors="strict")
+        except UnicodeDecodeError:
+            raise InvalidStoreURL(f"store URL {url!r}: the path is not UTF-8 once percent-decoded "
+                                  "(give such a path as a plain path, not a sqlite:/// URL)") from None
         if not path:
             raise InvalidStoreURL(f"store URL {url!r}: no database path after sqlite:///")
+        _check_text(url, "path", path, path=True)
         return StoreURL("sqlite", path, options)
     if scheme == "memory":
         if parts.netloc or parts.path not in ("", "/"):

@@ -304,6 +304,131 @@ def test_errors_are_one_line_and_nonzero(store_url, capsys, tmp_path):
     fails(capsys, "show", "o2", code=3)
 
 
+def test_numbers_in_other_scripts_are_usage_errors(db, capsys, monkeypatch, tmp_path):
+    """``str.isdigit`` takes '²', which ``int()`` then refuses with "invalid literal"."""
+    ok(capsys, "start", ORDER, "o1")
+    assert "--due-before" in fails(capsys, "timers", "--due-before", "²", code=2)
+    assert "--due-before" in fails(capsys, "timers", "--due-before", "١٢", code=2)   # Arabic-Indic digits
+    (tmp_path / "events.jsonl").write_text("")
+    assert "--resume-from" in fails(capsys, "drive", "events.jsonl", "--resume-from", "²", code=2)
+    monkeypatch.setenv("STATEBOUND_HISTORY", "²")
+    assert "$STATEBOUND_HISTORY" in fails(capsys, "show", "o1", code=2)
+
+
+# every command that only acts on what a store already holds
+READ_ONLY = [("show", "o1"), ("send", "o1", "x"), ("suspend", "o1"), ("resume", "o1"), ("delete", "o1"),
+             ("timers", "o1"), ("timers", "--dead"), ("timers", "--window", "1h"), ("redrive", "--all-dead"),
+             ("purge",), ("history", "o1"), ("replay", "o1")]
+
+
+@pytest.mark.parametrize("argv", READ_ONLY, ids=" ".join)
+@pytest.mark.parametrize("form", ["path", "url"])
+def test_a_mistyped_database_is_not_created(db, capsys, tmp_path, argv, form):
+    typo = tmp_path / "ordres.db"
+    store = str(typo) if form == "path" else f"sqlite:///{typo}"
+    line = fails(capsys, "--store", store, *argv, code=3)
+    assert "no such database" in line and "ordres.db" in line
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_commands_that_fill_a_store_still_create_it(db, capsys, tmp_path):
+    ok(capsys, "--db", str(tmp_path / "a.db"), "start", ORDER, "o1")
+    ok(capsys, "--db", str(tmp_path / "b.db"), "sweep", "--once")
+    (tmp_path / "events.jsonl").write_text("")
+    ok(capsys, "--db", str(tmp_path / "c.db"), "drive", "events.jsonl")
+    assert {p.name for p in tmp_path.glob("?.db")} == {"a.db", "b.db", "c.db"}
+    ok(capsys, "--db", str(tmp_path / "a.db"), "show", "o1")     # and the others open what exists
+
+
+TICKER = '''<scxml xmlns="http://www.w3.org/2005/07/scxml" version="1.0" name="ticker" initial="a" datamodel="python">
+  <datamodel><data id="n" expr="0"/></datamodel>
+  <state id="a">
+    <onentry><send event="tick" delay="1ms"/></onentry>
+    <transition event="tick">
+      <script>
+spin = 0
+for k in range(20000):
+    spin += k
+</script>
+      <assign location="n" expr="n + 1"/>
+      <send event="tick" delay="1ms"/>
+    </transition>
+  </state>
+</scxml>'''
+
+
+def _claimed(path):
+    import sqlite3
+    con = sqlite3.connect(path, timeout=30)
+    try:
+        return con.execute("SELECT count(*) FROM timers WHERE state = 'claimed'").fetchone()[0]
+    finally:
+        con.close()
+
+
+@pytest.mark.parametrize("signame", ["SIGTERM", "SIGINT"])
+def test_sweep_stops_between_sweeps_on_sigterm_and_sigint(tmp_path, signame):
+    """A real ``statebound sweep`` process, signalled while a batch is claimed and firing: it
+    finishes that batch, prints its totals and exits 0, leaving no row claimed (SIGINT used
+    to interrupt the batch, its rows waiting out their lease; SIGTERM killed it silently)."""
+    import signal
+
+    from statebound.cli.registry import SQLiteChartRegistry
+    dbp = str(tmp_path / "sweep.db")
+    chart_path = tmp_path / "ticker.scxml"
+    chart_path.write_text(TICKER)
+    chart = sb.Chart.from_file(chart_path)
+    reg = SQLiteChartRegistry(dbp)
+    reg.remember(chart, str(chart_path), TICKER.encode())
+    reg.close()
+    store = sb.SQLiteStore(dbp)
+    host = sb.Host([chart], store=store)
+    for i in range(40):          # every tick re-arms itself: the sweeper never runs out of work
+        host.start("ticker", f"t{i}")
+    store.close()
+    # a fire takes a few ms, so a batch of 20 keeps rows claimed most of the time
+    p = subprocess.Popen([sys.executable, "-m", "statebound.cli", "--db", dbp, "--json", "sweep",
+                          "--interval", "0.05", "--batch", "20"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while _claimed(dbp) == 0:          # wait until a batch is in flight, then signal it
+            assert p.poll() is None and time.monotonic() < deadline, p.stderr.read() if p.stderr else ""
+            time.sleep(0.005)
+        p.send_signal(getattr(signal, signame))
+        out, err = p.communicate(timeout=60)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    assert p.returncode == 0, (p.returncode, err)
+    assert "Traceback" not in err
+    assert _claimed(dbp) == 0                                 # the batch in flight was completed
+    totals = json.loads(out)
+    assert totals["sweeps"] >= 1 and totals["fired"] >= 20
+    store = sb.SQLiteStore(dbp)
+    fired = sum(sb.Host([chart], store=store).get(f"t{i}").datamodel["n"] for i in range(40))
+    store.close()
+    assert fired == totals["fired"]                           # every fire it made is in its totals
+
+
+def test_sweep_signal_handlers_ask_once_then_interrupt_and_are_restored():
+    import signal
+    import threading
+
+    from statebound.cli.timers import _stop_on_signals
+    before = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
+    for first in (signal.SIGTERM, signal.SIGINT):
+        stop = threading.Event()
+        with _stop_on_signals(stop):
+            signal.raise_signal(first)                    # the first asks: no exception here
+            assert stop.wait(10)
+            signal.raise_signal(signal.SIGTERM)           # SIGTERM only ever asks
+            with pytest.raises(KeyboardInterrupt):
+                signal.raise_signal(signal.SIGINT)        # a second Ctrl-C interrupts at once
+        assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == before
+
+
 def test_real_subprocess(tmp_path):
     dbp = str(tmp_path / "sub.db")
     base = [sys.executable, "-m", "statebound.cli", "--db", dbp]
@@ -521,6 +646,35 @@ def test_drive_reports_bad_lines_and_goes_on_from_stdin(store_url, capsys, monke
     d = json.loads(out)
     assert (d["events"], d["ok"], d["error_count"], d["resume_from"]) == (6, 2, 4, 8)
     assert ok_json(capsys, "show", "c0")["datamodel"]["n"] == 2           # lines 1 and 7, nothing else
+
+
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_drive_reports_a_line_that_is_not_utf8_and_goes_on(db, capsys, monkeypatch, tmp_path, workers):
+    """A byte that is not UTF-8 is that line's error: it used to escape the line reader,
+    drop every later line and the checkpoint, and name a buffer offset, not a line."""
+    import io
+    chart, _ = _counter_events(tmp_path, 0, 0)
+    ok(capsys, "start", str(chart), "seed")                                # registers the chart by name
+    good = b'{"instance": "c0", "event": "bump"}\n'
+    data = (b'{"instance": "c0", "start": "counter"}\n' + good * 149
+            + b'{"instance": "c0", "event": "bump", "data": "caf\xe9"}\n' + good * 9)   # line 151 of 160
+    events = tmp_path / "latin1.jsonl"
+    events.write_bytes(data)
+    ckpt = tmp_path / "drive.ckpt"
+    code, out, err = run(capsys, "--json", "drive", str(events), "--workers", workers, "--checkpoint", str(ckpt))
+    assert code == 1 and "Traceback" not in err
+    assert [line for line in err.splitlines() if line.strip()] == ["statebound: line 151: not valid UTF-8"]
+    d = json.loads(out)
+    assert (d["events"], d["ok"], d["error_count"], d["resume_from"]) == (160, 159, 1, 161)
+    assert d["errors"] == ["line 151: not valid UTF-8"]
+    assert json.loads(ckpt.read_text())["resume_from"] == 161
+    assert _counts(capsys, 1) == [158]                                    # every other bump applied
+    # the same from stdin, read as bytes: the lines on either side of the bad one apply
+    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(good + data.splitlines(True)[150] + good),
+                                                      encoding="ascii"))
+    code, out, err = run(capsys, "--json", "drive", "-", "--workers", workers)
+    assert code == 1 and err.strip() == "statebound: line 2: not valid UTF-8"
+    assert (json.loads(out)["ok"], _counts(capsys, 1)) == (2, [160])
 
 
 def test_drive_checkpoint_and_resume_after_a_crash(store_url, capsys, monkeypatch, tmp_path):

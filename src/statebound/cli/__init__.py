@@ -30,8 +30,8 @@ from ..exceptions import (ChartError, InstanceExists, InstanceNotFound, Instance
                           StateboundError, UnknownChart)
 from . import blobs, charts, drive, dynamodb, history, instances, migrate, timers
 from ._store import default_store
-from ._base import (EXIT_ERROR, EXIT_EXISTS, EXIT_NOT_FOUND, EXIT_NOT_RUNNING, EXIT_SUSPENDED, EXIT_USAGE,
-                    CliError, command_options)
+from ._base import (EXIT_ERROR, EXIT_EXISTS, EXIT_INTERRUPTED, EXIT_NOT_FOUND, EXIT_NOT_RUNNING, EXIT_SUSPENDED,
+                    EXIT_USAGE, CliError, command_options)
 from .charts import mermaid
 
 __all__ = ["main", "mermaid", "build_parser"]
@@ -87,7 +87,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"statebound: error: {msg}", file=sys.stderr)
         return code
     except KeyboardInterrupt:
-        return 130
+        return EXIT_INTERRUPTED
     except BrokenPipeError:
         return 0
     except ValueError as exc:  # a ValueError from outside the library, as before

@@ -14,10 +14,12 @@ from .. import Chart, Position, jsonio
 from ..host.store import TimerRow
 
 __all__ = ["CliError", "EXIT_ERROR", "EXIT_USAGE", "EXIT_NOT_FOUND", "EXIT_EXISTS", "EXIT_NOT_RUNNING", "EXIT_SUSPENDED",
+           "EXIT_INTERRUPTED",
            "emit", "jsonable", "parse_data", "load_chart_file", "add_trust_option", "position_dict", "timer_dict",
            "human_position", "log_printer", "iso_ms", "command_options"]
 
 EXIT_ERROR, EXIT_USAGE, EXIT_NOT_FOUND, EXIT_EXISTS, EXIT_NOT_RUNNING, EXIT_SUSPENDED = 1, 2, 3, 4, 5, 6
+EXIT_INTERRUPTED = 130   # Ctrl-C: what a shell reports for a process SIGINT ended (128 + 2)
 
 
 class CliError(Exception):

@@ -4,6 +4,11 @@ The store comes from ``--store URL`` (or its alias ``--db``, or ``$STATEBOUND_ST
 ``$STATEBOUND_DB``): a SQLite path, ``sqlite:///path`` or ``dynamodb://TABLE?...``, parsed
 by :func:`statebound.open_store`. The chart registry lives in the same store, so every
 command that names only an instance finds its chart.
+
+Only the commands that can put something into a store (``start``, ``drive``, ``sweep``,
+``migrate``) create a SQLite file that is not there; the others, which act on what a store
+already holds, refuse a missing one (exit 3) rather than leave an empty database behind a
+mistyped path.
 """
 
 from __future__ import annotations
@@ -15,10 +20,11 @@ from typing import Any
 from .. import Host, SystemClock
 from ..storeurl import open_store as open_url
 from ..storeurl import parse_store_url
-from ._base import EXIT_USAGE, CliError, log_printer
+from ._base import EXIT_NOT_FOUND, EXIT_USAGE, CliError, log_printer
 from .registry import ChartRegistry, SQLiteChartRegistry
 
-__all__ = ["DEFAULT_STORE", "default_store", "default_history", "history_keep", "open_location", "open_store", "open_host"]
+__all__ = ["DEFAULT_STORE", "default_store", "default_history", "history_keep", "is_digits", "open_location",
+           "open_store", "open_host"]
 
 DEFAULT_STORE = "statebound.db"
 
@@ -33,17 +39,30 @@ def default_history() -> int:
     raw = os.environ.get("STATEBOUND_HISTORY", "").strip()
     if not raw:
         return 0
-    if not raw.isdigit():
+    if not is_digits(raw):
         raise CliError(f"$STATEBOUND_HISTORY must be a number of records, not {raw!r}", EXIT_USAGE)
     return int(raw)
 
 
-def open_location(location: str) -> tuple[Any, ChartRegistry]:
-    """The store at ``location`` (a store URL) and the chart registry kept in it."""
+def is_digits(text: str) -> bool:
+    """``text`` is a whole number written in ASCII digits: ``str.isdigit`` also takes ``²``
+    and other digits ``int()`` refuses."""
+    return text.isascii() and text.isdigit()
+
+
+def open_location(location: str, *, create: bool = True) -> tuple[Any, ChartRegistry]:
+    """The store at ``location`` (a store URL) and the chart registry kept in it.
+
+    :param create: create a SQLite file that does not exist; when false, raise a
+        :class:`CliError` (exit 3) instead, and create nothing.
+    """
     parsed = parse_store_url(location)
     if parsed.scheme == "memory":
         raise CliError("memory:// keeps nothing between two commands; use a SQLite path or dynamodb://TABLE",
                        EXIT_USAGE)
+    if parsed.scheme == "sqlite" and not create and parsed.location != ":memory:" \
+            and not os.path.exists(parsed.location):
+        raise CliError(f"no such database: {parsed.location!r} (check --store; start creates it)", EXIT_NOT_FOUND)
     store = open_url(location)
     if parsed.scheme == "sqlite":
         return store, SQLiteChartRegistry(parsed.location)
@@ -51,15 +70,16 @@ def open_location(location: str) -> tuple[Any, ChartRegistry]:
     return store, DynamoChartRegistry(store.client, store.table_name)
 
 
-def open_store(args: argparse.Namespace) -> tuple[Any, ChartRegistry]:
-    """The store named on the command line and the chart registry kept in it."""
-    return open_location(args.store)
+def open_store(args: argparse.Namespace, *, create: bool = True) -> tuple[Any, ChartRegistry]:
+    """The store named on the command line and the chart registry kept in it (``create``:
+    as for :func:`open_location`)."""
+    return open_location(args.store, create=create)
 
 
-def open_host(args: argparse.Namespace) -> tuple[Host, ChartRegistry]:
+def open_host(args: argparse.Namespace, *, create: bool = True) -> tuple[Host, ChartRegistry]:
     """A host on the command line's store, running every chart revision remembered there
-    (recording history when ``--history N`` asks for it)."""
-    store, reg = open_store(args)
+    (recording history when ``--history N`` asks for it; ``create``: as for :func:`open_location`)."""
+    store, reg = open_store(args, create=create)
     host = Host(reg.load_all(), store=store, clock=SystemClock(), on_log=log_printer(args),
                 history=history_keep(args) or False)
     return host, reg

@@ -14,9 +14,9 @@ batches through a bounded queue, so a slow store slows the reader down.
 ``Host.send_many``: on SQLite one transaction, one fsync, for each run of events to distinct
 instances (``docs/batch.md``). A start line ends a run, so the events after it find it.
 
-**Errors.** A line that is not JSON or not an event, and an event the host refuses
-(unknown instance, halted, bad data), prints ``line N: why`` on stderr, and the run goes
-on. The exit code is 1 if any line failed.
+**Errors.** A line that is not UTF-8, not JSON or not an event, and an event the host
+refuses (unknown instance, halted, bad data), prints ``line N: why`` on stderr, and the run
+goes on. The exit code is 1 if any line failed.
 
 **Resuming.** ``--checkpoint FILE`` records, about once a second and at the end, the
 first line not yet known to be done. After a crash, ``--resume-from FILE`` (or a line
@@ -32,6 +32,7 @@ with ``--progress``; without tqdm the command runs the same, without a bar.
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import os
 import queue
@@ -45,7 +46,7 @@ from typing import Any, TextIO
 from .. import Event, Host, SystemClock, jsonio
 from ._base import EXIT_ERROR, EXIT_USAGE, CliError, emit
 from ._progress import Progress
-from ._store import history_keep, open_location
+from ._store import history_keep, is_digits, open_location
 
 __all__ = ["register"]
 
@@ -63,6 +64,13 @@ Item = tuple[int, dict[str, Any]]
 
 def _parse(lineno: int, line: str) -> tuple[dict[str, Any] | None, str | None]:
     """One input line as an item, or the error to report for it."""
+    # The input is decoded with surrogateescape (see _open_events), so bytes that are not
+    # UTF-8 arrive as lone surrogates, which valid UTF-8 never decodes to.
+    if not line.isascii():
+        try:
+            line.encode("utf-8")
+        except UnicodeEncodeError:
+            return None, f"line {lineno}: not valid UTF-8"
     try:
         item = jsonio.loads(line)
     except ValueError as exc:
@@ -171,7 +179,7 @@ class _Run:
 def _resume_line(text: str | None) -> int:
     if text is None:
         return 1
-    if text.isdigit():
+    if is_digits(text):
         return max(1, int(text))
     try:
         with open(text, encoding="utf-8") as fh:
@@ -182,6 +190,18 @@ def _resume_line(text: str | None) -> int:
     if type(line) is not int or line < 1:
         raise CliError(f"checkpoint {text!r} holds no line number", EXIT_USAGE)
     return line
+
+
+def _open_events(path: str) -> TextIO:
+    """The input as UTF-8 text that cannot fail to decode: a byte that is not UTF-8 becomes a
+    lone surrogate that :func:`_parse` reports as that line's error. A strict decode would
+    raise out of the line iterator, losing the lines after it and the checkpoint."""
+    if path != "-":
+        return open(path, encoding="utf-8", errors="surrogateescape")
+    buffer = getattr(sys.stdin, "buffer", None)
+    if buffer is None:   # already text (an embedding program's stream): nothing to decode
+        return sys.stdin
+    return io.TextIOWrapper(buffer, encoding="utf-8", errors="surrogateescape")
 
 
 def _count_lines(path: str) -> int | None:
@@ -346,7 +366,7 @@ def cmd_drive(args: argparse.Namespace) -> int:
     workers = max(1, args.workers)
     start = _resume_line(args.resume_from)
     try:
-        fh = sys.stdin if args.events == "-" else open(args.events, encoding="utf-8")  # noqa: SIM115
+        fh = _open_events(args.events)
         total = _count_lines(args.events)
     except OSError as exc:
         raise CliError(f"cannot read {args.events!r}: {exc.strerror or exc}") from None

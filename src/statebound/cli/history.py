@@ -65,7 +65,7 @@ def _line(r: HistoryRecord) -> str:
 
 
 def cmd_history(args: argparse.Namespace) -> int:
-    store, _ = open_store(args)
+    store, _ = open_store(args, create=False)
     records: list[HistoryRecord] = []
     while len(records) < args.limit:
         page = store.history(args.id, after_version=records[-1].version if records else 0,
@@ -83,7 +83,7 @@ def cmd_history(args: argparse.Namespace) -> int:
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
-    host, _ = open_host(args)
+    host, _ = open_host(args, create=False)
     if not host.exists(args.id):
         raise InstanceNotFound(args.id)
     rep = host.replay(args.id)

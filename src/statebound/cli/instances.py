@@ -30,7 +30,7 @@ def cmd_start(args: argparse.Namespace) -> int:
 
 
 def cmd_send(args: argparse.Namespace) -> int:
-    host, _ = open_host(args)
+    host, _ = open_host(args, create=False)
     pos = host.send(args.id, Event(args.event, parse_data(args.data)), idempotency_key=args.idempotency_key)
     d = position_dict(pos, host.pending_timers(args.id), args.id)
     emit(args, d, human_position(d))
@@ -38,7 +38,7 @@ def cmd_send(args: argparse.Namespace) -> int:
 
 
 def cmd_show(args: argparse.Namespace) -> int:
-    host, _ = open_host(args)
+    host, _ = open_host(args, create=False)
     pos = host.get(args.id)
     timers = host.pending_timers(args.id)
     d = position_dict(pos, timers, args.id)
@@ -52,7 +52,7 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 
 def cmd_suspend(args: argparse.Namespace) -> int:
-    host, _ = open_host(args)
+    host, _ = open_host(args, create=False)
     if args.resume:
         host.resume(args.id)
     else:
@@ -64,7 +64,7 @@ def cmd_suspend(args: argparse.Namespace) -> int:
 
 
 def cmd_delete(args: argparse.Namespace) -> int:
-    host, _ = open_host(args)
+    host, _ = open_host(args, create=False)
     host.delete(args.id)
     emit(args, {"deleted": args.id}, f"deleted {args.id}")
     return 0

@@ -1,18 +1,27 @@
 """Timer commands: ``timers`` (of one instance, due in a window, or dead), ``redrive``,
-``sweep`` and ``purge``."""
+``sweep`` and ``purge``.
+
+``sweep`` without ``--once`` or ``--until-idle`` runs until SIGTERM or Ctrl-C (SIGINT), which
+stop it after the sweep in flight, so every row it claimed is fired or released, not left
+for its lease to run out; it then prints its totals and exits 0. A second Ctrl-C interrupts
+at once (exit 130).
+"""
 
 from __future__ import annotations
 
 import argparse
+import signal
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any
 
 from .. import SystemClock, Sweeper
 from ..exceptions import InstanceNotFound
 from ..host.store import TimerRow
-from ._base import EXIT_NOT_FOUND, EXIT_USAGE, CliError, emit, iso_ms, timer_dict
-from ._store import open_host, open_store
+from ._base import EXIT_INTERRUPTED, EXIT_NOT_FOUND, EXIT_USAGE, CliError, emit, iso_ms, timer_dict
+from ._store import is_digits, open_host, open_store
 
 __all__ = ["register", "parse_time", "parse_age"]
 
@@ -28,7 +37,7 @@ def parse_age(text: str, option: str) -> int:
 
 def parse_time(text: str, option: str) -> int:
     """An instant option: epoch milliseconds, or ISO-8601 (UTC unless it carries an offset)."""
-    if text.isdigit():
+    if is_digits(text):
         return int(text)
     try:
         when = datetime.fromisoformat(text)
@@ -54,7 +63,7 @@ def _listing(rows: list[TimerRow], limit: int) -> tuple[list[dict[str, Any]], bo
 
 
 def cmd_timers(args: argparse.Namespace) -> int:
-    store, _ = open_store(args)
+    store, _ = open_store(args, create=False)
     if args.dead or args.due_before is not None or args.window is not None:
         if args.id is not None:
             raise CliError("--dead, --due-before and --window list every instance's rows; drop the ID", EXIT_USAGE)
@@ -87,7 +96,7 @@ def cmd_timers(args: argparse.Namespace) -> int:
 
 
 def cmd_redrive(args: argparse.Namespace) -> int:
-    store, _ = open_store(args)
+    store, _ = open_store(args, create=False)
     now = SystemClock().now_ms()
     revived: list[tuple[str, int]] = []
     if args.all_dead:
@@ -115,23 +124,52 @@ def cmd_redrive(args: argparse.Namespace) -> int:
     return 0
 
 
+@contextmanager
+def _stop_on_signals(stop: threading.Event) -> Iterator[None]:
+    """While in the block, SIGTERM and SIGINT set ``stop`` instead of ending the process; after
+    the first, SIGINT raises ``KeyboardInterrupt`` again. The previous handlers come back after."""
+    if threading.current_thread() is not threading.main_thread():
+        yield   # only the main thread may set handlers; a caller running us elsewhere keeps its own
+        return
+
+    def handler(signum: int, frame: object) -> None:
+        # Not stop.set() here: the handler runs in the main thread, which may be inside
+        # stop.wait() holding the Event's lock, and set() takes that lock: a deadlock. A
+        # thread waits for the lock instead, and the handler returns at once.
+        threading.Thread(target=stop.set, name="sweep-stop", daemon=True).start()
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, old in previous.items():
+            if old is not None:   # None: a handler installed from C, which Python cannot restore
+                signal.signal(sig, old)
+
+
 def cmd_sweep(args: argparse.Namespace) -> int:
     host, _ = open_host(args)
     sweeper = Sweeper(host, interval_s=args.interval, batch=args.batch)
-    if args.once:
-        rep = sweeper.run_once()
-    elif args.until_idle:
-        rep = sweeper.run_until_idle()
-    else:
-        stop = threading.Event()
-        try:
-            sweeper.run_forever(stop)
-        except KeyboardInterrupt:
-            stop.set()
-        m = sweeper.metrics
-        emit(args, m.__dict__, f"swept {m.sweeps} times: fired {m.fired}, discarded {m.discarded}, "
-                               f"stale {m.stale}, failed {m.failed}")
-        return 0
+    try:
+        if args.once:
+            rep = sweeper.run_once()
+        elif args.until_idle:
+            rep = sweeper.run_until_idle()
+        else:
+            stop = threading.Event()
+            code = 0
+            with _stop_on_signals(stop):
+                try:
+                    sweeper.run_forever(stop)
+                except KeyboardInterrupt:   # a second Ctrl-C: the sweep in flight was cut short
+                    code = EXIT_INTERRUPTED
+            m = sweeper.metrics
+            emit(args, m.__dict__, f"swept {m.sweeps} times: fired {m.fired}, discarded {m.discarded}, "
+                                   f"stale {m.stale}, failed {m.failed}")
+            return code
+    finally:
+        sweeper.close()
     data = {"fired": rep.fired, "discarded": rep.discarded, "stale": rep.stale, "failed": rep.failed,
             "skipped": rep.skipped, "max_lag_ms": rep.max_lag_ms}
     emit(args, data, f"fired {rep.fired}, discarded {rep.discarded}, stale {rep.stale}, "
@@ -141,7 +179,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
 def cmd_purge(args: argparse.Namespace) -> int:
     age = parse_age(args.older_than, "--older-than")
-    store, _ = open_store(args)
+    store, _ = open_store(args, create=False)
     cutoff = SystemClock().now_ms() - age
     total = 0
     while True:  # in bounded batches, so a big purge never holds the write lock for long
@@ -171,7 +209,7 @@ def register(sub: Any) -> None:
     s.add_argument("--all-dead", action="store_true", help="every dead row")
     s.set_defaults(fn=cmd_redrive)
 
-    s = sub.add_parser("sweep", help="fire due timers")
+    s = sub.add_parser("sweep", help="fire due timers (until SIGTERM or Ctrl-C, which stop it between sweeps)")
     g = s.add_mutually_exclusive_group()
     g.add_argument("--once", action="store_true", help="one sweep, then exit")
     g.add_argument("--until-idle", action="store_true", help="sweep until nothing is due now")

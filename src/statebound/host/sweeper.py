@@ -16,6 +16,7 @@ it: each fire's commit still completes its row conditionally.
 from __future__ import annotations
 
 import logging
+import math
 import os
 import random
 import threading
@@ -34,7 +35,17 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("statebound")
 
-__all__ = ["Sweeper", "SweepReport", "SweeperMetrics"]
+__all__ = ["Sweeper", "SweepReport", "SweeperMetrics", "MAX_SECONDS", "MAX_BATCH", "MAX_WORKERS"]
+
+#: The longest ``interval_s`` and ``lease_s`` a Sweeper takes (a week). Far past any useful
+#: value, and far short of what breaks: a sleep past ``threading.TIMEOUT_MAX`` raises, and a
+#: lease's expiry must stay a 64-bit count of milliseconds in every store.
+MAX_SECONDS = 7 * 86_400
+#: The largest ``batch`` (rows claimed per sweep): one claim is one query or transaction,
+#: whose size every store bounds.
+MAX_BATCH = 100_000
+#: The most ``workers`` (threads firing at once) a Sweeper starts.
+MAX_WORKERS = 1_024
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,13 +129,20 @@ class Sweeper:
         safe to share between threads (Memory, SQLite and DynamoDB stores are).
     :param wakeups: an in-process :class:`~statebound.host.wakeup.WakeupSource` (such as
         :class:`~statebound.host.memory_wakeup.MemoryWakeup`) drained at every sweep.
+    :raises InvalidArgument: ``interval_s`` or ``lease_s`` not a finite number of seconds
+        above 0 and at most :data:`MAX_SECONDS`, ``jitter`` not from 0 to 1, ``batch`` or
+        ``workers`` not a whole number from 1 to :data:`MAX_BATCH` or :data:`MAX_WORKERS`.
     """
 
     def __init__(self, host: Host, interval_s: float = 1.0, jitter: float = 0.2, batch: int = 100,
                  node_id: str | None = None, *, lease_s: float = 30.0, workers: int = 1,
                  wakeups: WakeupSource | None = None) -> None:
-        if interval_s <= 0 or batch < 1 or not 0 <= jitter <= 1 or lease_s <= 0 or workers < 1:
-            raise InvalidArgument("interval_s and lease_s must be > 0, batch and workers >= 1 and 0 <= jitter <= 1")
+        _seconds("interval_s", interval_s)
+        _seconds("lease_s", lease_s)
+        if not _is_number(jitter) or not 0 <= jitter <= 1:   # nan fails the range test too
+            raise InvalidArgument(f"Sweeper jitter must be a number from 0 to 1, not {jitter!r}")
+        _count("batch", batch, MAX_BATCH)
+        _count("workers", workers, MAX_WORKERS)
         self.host = host
         self.interval_s = interval_s
         self.jitter = jitter
@@ -287,6 +305,23 @@ class Sweeper:
             stop.wait(seconds)
         else:
             self.host.clock.sleep(seconds)
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _seconds(name: str, value: object) -> None:
+    # nan slips past `<= 0` (every comparison with it is false): the sweeper would busy-loop
+    if not (isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+            and 0 < value <= MAX_SECONDS):
+        raise InvalidArgument(f"Sweeper {name} must be a number of seconds above 0 and at most {MAX_SECONDS} "
+                              f"(a week), not {value!r}")
+
+
+def _count(name: str, value: object, most: int) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= most:
+        raise InvalidArgument(f"Sweeper {name} must be a whole number from 1 to {most}, not {value!r}")
 
 
 #: The outcome counters of a report, one per :class:`FireResult` outcome.

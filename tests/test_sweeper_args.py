@@ -1,0 +1,62 @@
+"""``Sweeper`` refuses settings it cannot run with, as ``InvalidArgument``, before it sweeps.
+
+``nan`` slips past a plain ``<= 0`` check (every comparison with it is false) and made the
+sweeper busy-loop, one write transaction per turn; ``inf`` and huge values overflowed in a
+sleep or a lease's expiry. ``statebound sweep`` maps the refusal to its usage exit code.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+import statebound as sb
+from statebound.cli import main
+from statebound.host.sweeper import MAX_BATCH, MAX_SECONDS, MAX_WORKERS
+
+CHART = """<scxml xmlns="http://www.w3.org/2005/07/scxml" version="1.0" name="idle" initial="a">
+  <state id="a"/>
+</scxml>"""
+
+
+@pytest.fixture
+def host():
+    return sb.Host([sb.Chart.from_scxml(CHART)], store=sb.MemoryStore())
+
+
+@pytest.mark.parametrize("kw", [
+    {"interval_s": math.nan}, {"interval_s": math.inf}, {"interval_s": -math.inf}, {"interval_s": 1e300},
+    {"interval_s": MAX_SECONDS + 1}, {"interval_s": 0}, {"interval_s": -1}, {"interval_s": "1"},
+    {"interval_s": True},
+    {"lease_s": math.nan}, {"lease_s": math.inf}, {"lease_s": 1e300}, {"lease_s": 0}, {"lease_s": None},
+    {"jitter": math.nan}, {"jitter": math.inf}, {"jitter": -0.1}, {"jitter": 1.5}, {"jitter": "0.2"},
+    {"batch": 0}, {"batch": 1.5}, {"batch": math.nan}, {"batch": MAX_BATCH + 1}, {"batch": 10**30},
+    {"batch": True}, {"batch": "10"},
+    {"workers": 0}, {"workers": 2.0}, {"workers": math.inf}, {"workers": MAX_WORKERS + 1},
+])
+def test_unusable_settings_are_refused(host, kw):
+    with pytest.raises(sb.InvalidArgument) as err:
+        sb.Sweeper(host, **kw)
+    name = next(iter(kw))
+    assert name in str(err.value)                       # the message says which argument
+    assert isinstance(err.value, ValueError) and isinstance(err.value, TypeError)
+
+
+@pytest.mark.parametrize("kw", [
+    {"interval_s": MAX_SECONDS}, {"interval_s": 0.001}, {"interval_s": 2}, {"lease_s": MAX_SECONDS},
+    {"jitter": 0}, {"jitter": 1}, {"batch": 1}, {"batch": MAX_BATCH}, {"workers": MAX_WORKERS},
+])
+def test_settings_at_the_limits_are_taken(host, kw):
+    sweeper = sb.Sweeper(host, **kw)
+    assert sweeper.run_once().total == 0
+    sweeper.close()
+
+
+@pytest.mark.parametrize("argv", [["--interval", "nan"], ["--interval", "inf"], ["--interval", "-1"],
+                                  ["--interval", "1e300"], ["--batch", "0"], ["--batch", str(10**30)]])
+def test_sweep_command_refuses_them_with_a_usage_error(argv, tmp_path, capsys):
+    code = main(["--db", str(tmp_path / "s.db"), "sweep", "--once", *argv])
+    out, err = capsys.readouterr()
+    assert code == 2, err
+    assert out == "" and err.startswith("statebound: error: Sweeper ") and err.count("\n") == 1
