@@ -190,3 +190,44 @@ def test_a_crash_mid_commit_leaves_no_record_of_the_uncommitted_event(tmp_path):
             assert host.replay("o1").identical
             store.close()
     assert {"BEGIN", "INSERT", "COMMIT"} <= kinds
+
+
+PAY = """<scxml xmlns="http://www.w3.org/2005/07/scxml" version="1.0" datamodel="python" name="pay" initial="Idle">
+  <datamodel><data id="receipt" expr="None"/></datamodel>
+  <state id="Idle"><transition event="Pay" target="Charging"/></state>
+  <state id="Charging">
+    <invoke type="payment" id="charge"><finalize><assign location="receipt" expr="_event.data"/></finalize></invoke>
+    <transition event="done.invoke.charge" target="Paid"/>
+  </state>
+  <state id="Paid"/>
+</scxml>"""
+
+
+@pytest.mark.parametrize("answer", ["at once", "later"])
+def test_a_commit_made_by_the_outbox_names_its_call(tmp_path, answer):
+    """An invoke handler's result, delivered when its row fired or through complete_invoke,
+    used to be recorded with an empty ``call``: the record said an event happened, not which
+    host call made it (docs/operations.md)."""
+    from statebound.host.processors import Pending
+
+    class Gateway:
+        def start(self, request):
+            self.token = request.token
+            return {"charge": "ch_1"} if answer == "at once" else Pending("queued")
+    gateway = Gateway()
+    host = sb.Host([sb.Chart.from_scxml(PAY)], store=sb.SQLiteStore(tmp_path / "o.db"),
+                   clock=sb.ManualClock(now_ms=1_000), invokers={"payment": gateway}, history=True)
+    host.start("pay", "p1")
+    host.send("p1", "Pay")
+    if answer == "later":
+        host.complete_invoke("p1", "charge", {"charge": "ch_1"}, token=gateway.token)
+    records = host.store.history("p1")
+    assert host.get("p1").configuration == {"Paid"}
+    last = records[-1]
+    assert [s["event"]["name"] for s in last.steps if "event" in s] == ["done.invoke.charge"]
+    if answer == "at once":
+        assert last.call == {"op": "fire", "instance": "p1", "timer": ["p1", int(gateway.token.rsplit(":", 1)[1])]}
+    else:
+        assert last.call == {"op": "complete_invoke", "instance": "p1", "invoke": "charge"}
+    assert all(r.call.get("op") for r in records)
+    assert host.replay("p1").identical

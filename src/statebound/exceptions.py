@@ -12,7 +12,7 @@ so a host can catch the whole family in one clause and still tell the cases apar
     │   └── UnknownState              Chart.state() of an id the chart lacks (also a KeyError)
     ├── EvaluationError               an expression failed (internal: becomes error.execution)
     ├── NotRunning                    drive/send on a halted position or instance
-    ├── BudgetExceeded                start() did not settle within max_rounds
+    ├── BudgetExceeded                start() did not settle within max_rounds or its CPU/memory budget
     ├── SerializationError            a value that cannot be stored (msgpack/cbor)
     ├── InvalidJSON                   input that is not strict JSON (NaN and Infinity included)
     ├── InvalidEvent                  an event that is not an Event or a non-empty name
@@ -21,7 +21,9 @@ so a host can catch the whole family in one clause and still tell the cases apar
     │   ├── NotAPosition
     │   ├── UnsupportedFormatVersion
     │   ├── ChartIdentityMismatch
-    │   └── CorruptPosition
+    │   ├── CorruptPosition
+    │   ├── MigrationError            import_() of an export the new chart cannot hold (in statebound.position)
+    │   └── CodecUnavailable          cbor without cbor2 installed; also a SerializationError (statebound.position)
     ├── HostError
     │   ├── InstanceExists
     │   ├── InstanceNotFound
@@ -241,7 +243,8 @@ class NotRunning(StateboundError):
 
 
 class BudgetExceeded(StateboundError):
-    """``Interpreter.start`` ran ``max_rounds`` microsteps without the session settling.
+    """``Interpreter.start`` (or ``Host.start``) ran ``max_rounds`` microsteps, or spent its
+    CPU or memory budget (``max_cpu_ms``, ``max_memory_bytes``), without the session settling.
 
     A *drive* never raises this: it returns the unchanged position and a
     ``BudgetExhausted`` effect. A start has no earlier position to return.

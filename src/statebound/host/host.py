@@ -193,7 +193,8 @@ class Host:
         self._decoded = DecodedPositions()
         #: counters a user can read: commits, conflicts, fired, discarded, stale, failed...
         #: (a dict; the host's threads add to it atomically, see ``counters.py``)
-        self.metrics = Counters({"commits": 0, "conflicts": 0, "drives": 0, "budget_exhausted": 0})
+        self.metrics = Counters({"commits": 0, "group_commits": 0, "conflicts": 0, "drives": 0,
+                                 "budget_exhausted": 0})
         for c in charts:
             self.register(c)
 

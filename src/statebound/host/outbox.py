@@ -360,6 +360,7 @@ class Outbox:
         has_ref = not leave_refs and (row.kind == INVOKE or row.event.get("delayed"))
 
         def unit(u: Unit) -> None:
+            u.call = _fire_call(row)
             if has_ref:
                 e = load(h, u, row.instance_id)
                 if e is not None:
@@ -394,6 +395,7 @@ class Outbox:
                           "platform", row.send_id, invokeid=p.get("invokeid"))
 
         def unit(u: Unit) -> None:
+            u.call = _fire_call(row)
             e = load(h, u, iid)
             if e is None or e.position is None:
                 return
@@ -422,6 +424,11 @@ class Outbox:
         found: list[TimerKey | None] = [None]
 
         def unit(u: Unit) -> tuple[str, str | None, TimerCompletion | None]:
+            if node is None:   # complete_invoke or fail_invoke, called by the application
+                op = "complete_invoke" if event.name.startswith("done.invoke.") else "fail_invoke"
+                u.call = {"op": op, "instance": iid, "invoke": invokeid, "caller_context": ctx}
+            else:              # the handler's start answered at once, in the row's fire
+                u.call = {"op": "fire", "instance": iid, "timer": [iid, generation], "caller_context": ctx}
             e = load(h, u, iid)
             if e is None or e.position is None:
                 if node is None:  # complete_invoke/fail_invoke: the caller named no instance
@@ -473,6 +480,12 @@ class Outbox:
         """``complete_invoke``/``fail_invoke``: deliver ``event`` if the invocation is live."""
         generation = None if token is None else _parse_token(token, instance_id, invokeid)
         return self._deliver_result(instance_id, invokeid, generation, event, ctx, None, 0)
+
+
+def _fire_call(row: TimerRow) -> dict[str, Any]:
+    """A history record's ``call`` for a commit that fires an outbox row."""
+    return {"op": "fire", "instance": row.instance_id, "timer": [row.instance_id, row.ordinal],
+            "caller_context": row.caller_context}
 
 
 def _of_invocation(row: TimerRow, invokeid: str) -> bool:
