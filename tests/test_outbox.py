@@ -632,3 +632,58 @@ def test_a_token_naming_another_row_never_finishes_that_row(kind, tmp_path):
     clock.advance(3_600_000)
     assert [r.outcome for r in host.fire_due()] == ["fired"]
     assert host.get("o1").configuration == {"TimedOut"}
+
+
+@pytest.mark.parametrize("kind", ["memory", "sqlite"])
+def test_a_result_for_a_suspended_instance_waits_for_resume_and_its_generation_is_checked_then(kind, tmp_path):
+    """complete_invoke while the instance was suspended "fired": the result was parked as a
+    plain event and, after resume, delivered with no generation check, into a later
+    invocation of the same id. Now complete_invoke raises InstanceSuspended (nothing
+    written, answer again after resume); a handler's start that answers while its instance
+    is suspended leaves its invoke row parked, to fire (and be checked) after resume."""
+    store = sb.MemoryStore() if kind == "memory" else sb.SQLiteStore(tmp_path / "s.db")
+    clock = sb.ManualClock(T0)
+    host: sb.Host
+
+    class Handler:
+        def __init__(self) -> None:
+            self.requests: list[InvokeRequest] = []
+            self.suspend_on_start = False
+
+        def start(self, request: InvokeRequest):
+            self.requests.append(request)
+            if not self.suspend_on_start:
+                return Pending("queued")
+            self.suspend_on_start = False
+            host.suspend(request.instance_id)   # the operator, while the handler works
+            return {"charge": "ch_at_once"}
+    handler = Handler()
+    host = sb.Host([sb.Chart.from_scxml(GUARDED)], store=store, clock=clock, invokers={"payment": handler})
+    host.start("guarded", "o1")
+    host.send("o1", "Pay")
+    token = handler.requests[-1].token
+    host.suspend("o1")
+    version = host.store.load("o1").version
+    with pytest.raises(sb.InstanceSuspended):
+        host.complete_invoke("o1", "charge", {"charge": "ch_late"}, token=token)
+    with pytest.raises(sb.InstanceSuspended):
+        host.fail_invoke("o1", "charge", "declined", token=token)
+    assert host.store.load("o1").version == version
+    host.resume("o1")
+    assert host.complete_invoke("o1", "charge", {"charge": "ch_late"}, token=token).outcome == "fired"
+    assert host.get("o1").configuration == {"Paid"}
+
+    # the fire path: the handler answers at once, but its instance was suspended meanwhile
+    host.start("guarded", "o2")
+    handler.suspend_on_start = True
+    host.send("o2", "Pay")
+    [row] = [r for r in host.pending_timers("o2") if r.kind == INVOKE]
+    assert row.state == "suspended" and host.get("o2").configuration == {"Charging"}
+    host.resume("o2")
+    clock.advance(60_000)   # past the hand-over's claim on the row
+    handler_calls = len(handler.requests)
+    assert [r.outcome for r in host.fire_due()] == ["waiting"]   # started again, same key
+    assert len(handler.requests) == handler_calls + 1
+    assert handler.requests[-1].idempotency_key == handler.requests[-2].idempotency_key
+    assert host.complete_invoke("o2", "charge", {"charge": "ch"}, token=handler.requests[-1].token).outcome == "fired"
+    assert host.get("o2").configuration == {"Paid"}

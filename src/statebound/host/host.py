@@ -427,6 +427,8 @@ class Host:
             the state is recognised as stale, and a late result is recorded on its own row.
         :return: outcome ``fired`` (delivered) or ``discarded``, with the reason.
         :raises InstanceNotFound: no such instance.
+        :raises InstanceSuspended: the instance is suspended: nothing is written; answer
+            again after ``resume`` (the generation is checked then).
         :raises SerializationError: ``data`` cannot be stored (nothing is written).
         """
         _check_storable(data, f"the result of invoke {invokeid!r}")
@@ -437,7 +439,8 @@ class Host:
                     token: str | None = None, caller_context: Any = None) -> FireResult:
         """Finish an invocation with a failure: the chart gets ``error.execution`` with
         ``_event.invokeid`` set and data ``{"invokeid", "error", "cause", "message"}``.
-        Liveness, token and return value as for :meth:`complete_invoke`."""
+        Liveness, token, return value and errors (a suspended instance included) as for
+        :meth:`complete_invoke`."""
         _check_storable(cause, f"the failure cause of invoke {invokeid!r}")
         data = {"message": f"invoke {invokeid!r} failed: {error}", "invokeid": invokeid, "error": error,
                 "cause": cause}

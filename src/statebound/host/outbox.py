@@ -48,12 +48,13 @@ from typing import TYPE_CHECKING, Any
 
 from ..effects import Invoke
 from ..events import BASICHTTP_PROCESSOR, Event
-from ..exceptions import DeliveryRejected, InstanceNotFound, InvalidArgument, SerializationError, describe
+from ..exceptions import (DeliveryRejected, InstanceNotFound, InstanceSuspended, InvalidArgument, SerializationError,
+                          describe)
 from ..interpreter.state import RUNNING
 from .delivery import drop_ref, next_ordinal
 from .firing import count, release
 from .processors import Delivery, InvokeRequest, Pending
-from .store import (CANCEL, DEAD, DONE, INVOKE, PENDING, SEND, WAITING, TimerCompletion, TimerKey, TimerRef,
+from .store import (CANCEL, DEAD, DONE, INVOKE, PENDING, SEND, SUSPENDED, WAITING, TimerCompletion, TimerKey, TimerRef,
                     TimerRow, pack_field)
 from .runner import load, run
 from .unit import AlreadyDone, Entry, FireResult, Unit
@@ -434,6 +435,19 @@ class Outbox:
                 if node is None:  # complete_invoke/fail_invoke: the caller named no instance
                     raise InstanceNotFound(iid)
                 return "discarded", f"result discarded: instance {iid!r} not found", None
+            if e.suspended:
+                # Parked as a plain event, the result would be delivered after resume with no
+                # generation check, into whatever invocation was live by then.
+                if node is None:
+                    raise InstanceSuspended(iid)   # the caller retries after resume, as for send
+                row = u.puts.get((iid, generation)) if generation is not None else None
+                row = row or (h.store.get_timer((iid, generation)) if generation is not None else None)
+                if row is not None:
+                    # the row waits, parked, and fires again after resume: the handler (which
+                    # dedups on the key) answers again, and the generation is checked then
+                    u.puts[row.key] = replace(row, state=SUSPENDED, claimed_by=None, claim_expires_ms=None)
+                    e.dirty = True   # the position write makes this conditional on the suspend
+                return "parked", f"instance {iid!r} is suspended", None
             live = self._generation(e, invokeid)
             gen = live if generation is None else generation
             key = found[0] = None if gen is None else (iid, gen)
