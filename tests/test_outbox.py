@@ -383,8 +383,10 @@ def test_a_result_arriving_after_the_state_was_left_is_discarded_on_the_row(make
     host.send("o", "Pay")
     [req] = gw.requests
     row = host.store.get_timer(("o", int(req.token.rsplit(":", 1)[1])))
-    assert (row.state, row.outcome) == (DONE, "discarded")
-    assert "no longer active: its state was exited" in row.reason
+    # the result is discarded, never delivered; the row is the cancel hook's, which runs
+    # (before, the discard completed the cancel row and the hook never ran)
+    assert (row.state, row.outcome) == (DONE, "cancelled") and [r.token for r in gw.cancelled] == [req.token]
+    assert "was exited before a result arrived" in row.reason
     assert host.get("o").configuration == {"Aborted"} and host.get("o").datamodel["receipt"] is None
 
 
@@ -687,3 +689,37 @@ def test_a_result_for_a_suspended_instance_waits_for_resume_and_its_generation_i
     assert handler.requests[-1].idempotency_key == handler.requests[-2].idempotency_key
     assert host.complete_invoke("o2", "charge", {"charge": "ch"}, token=handler.requests[-1].token).outcome == "fired"
     assert host.get("o2").configuration == {"Paid"}
+
+
+@pytest.mark.parametrize("answer", ["pending", "result"])
+@pytest.mark.parametrize("inline", [True, False])
+def test_a_state_exited_while_start_runs_still_gets_its_cancel_hook(make, answer, inline):
+    """Another request exits the invoking state while the handler's start is running. The
+    exit turned the row into a cancel row; then start's answer was written over it: Pending
+    made it a waiting row for ever, a result completed it as discarded. Either way the
+    cancel hook never ran. The answer now checks that its invocation is still live, in a
+    commit conditional on the position, and leaves a cancel row to the hook."""
+    host: sb.Host
+    cancelled: list[str] = []
+
+    class Racing:
+        def __init__(self) -> None:
+            self.starts = 0
+
+        def start(self, request: InvokeRequest):
+            self.starts += 1
+            if self.starts == 1:
+                host.send(request.instance_id, "Abort")   # the concurrent request
+            return Pending("queued") if answer == "pending" else {"charge": "ch_1"}
+
+        def cancel(self, request: InvokeRequest) -> None:
+            cancelled.append(request.token)
+    host, clock = make(invokers={"payment": Racing()}, deliver_after_commit=inline)
+    host.start("shop", "o1")
+    host.send("o1", "Pay")
+    for _ in range(3):
+        clock.advance(60_000)
+        host.fire_due()
+    assert host.get("o1").configuration == {"Aborted"}
+    assert len(cancelled) == 1
+    assert [r for r in host.pending_timers("o1") if r.kind in (INVOKE, CANCEL)] == []

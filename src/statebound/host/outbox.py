@@ -328,10 +328,22 @@ class Outbox:
         except Exception as exc:
             return self._failed(row, node, exc, lag)
         if isinstance(result, Pending):
+            def waiting(u: Unit) -> bool:
+                u.call = _fire_call(row)
+                e = load(h, u, row.instance_id)
+                # The state was exited while start ran (start may take seconds): the row is a
+                # cancel row now, and must stay one for the cancel hook, which never ran when
+                # it was written WAITING. What is left is the moment between this read and the
+                # commit; making the commit conditional on the position would close it, at the
+                # price of a version bump per answer, which a redelivered answer would repeat.
+                return e is not None and e.position is not None and self._generation(e, invokeid) == row.ordinal
             try:
-                run(h, lambda u: None, completion=lambda _: TimerCompletion(row.key, None, result.note, node, WAITING))
+                live = run(h, waiting, completion=lambda ok: (
+                    TimerCompletion(row.key, None, result.note, node, WAITING) if ok else None))
             except AlreadyDone:
                 return self._result(row.key, "skipped", "a result arrived before the handler's answer", lag)
+            if not live:
+                return self._result(row.key, "skipped", "the invoking state was exited while start ran", lag)
             return self._result(row.key, "waiting", result.note, lag)
         done = Event(f"done.invoke.{invokeid}", result, "external", invokeid=invokeid)
         return self._deliver_result(row.instance_id, invokeid, row.ordinal, done, row.caller_context, node, lag)
@@ -475,6 +487,8 @@ class Outbox:
                 row = found[0] = None
             if row is None or key is None:
                 return "discarded", reason, None
+            if row.kind == CANCEL and row.state != DONE:
+                return "discarded", reason, None   # the row is the cancel hook's to finish
             if row.state != DONE:
                 return "discarded", reason, TimerCompletion(key, "discarded", reason, node)
             if row.outcome == "cancelled":
