@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 import statebound as sb
-from statebound.position import read_header
+from statebound.position import MigrationError, read_header
 
 ORDER = Path(__file__).resolve().parents[1] / "examples" / "order" / "order.scxml"
 V1 = ORDER.read_text()
@@ -82,3 +82,27 @@ def test_a_concurrent_event_is_never_lost(world):
     assert read_header(rec.blob).identity == v3.identity
     assert host.get("o1").macrostep == raced[0].macrostep                    # the racing event is in it
     assert host.metrics["conflicts"] == 1
+
+
+def test_diff_notes_a_removed_timeout_or_invoke_and_only_those_positions_stay():
+    """diff() said "compatible" with no word of a state that lost its <sb:timeout> or an
+    <invoke>, and then the positions holding one failed to move. It now names them; the
+    verdict stays, since the other positions move."""
+    ns = 'xmlns="http://www.w3.org/2005/07/scxml" xmlns:sb="urn:statebound" version="1.0" datamodel="python"'
+    old = sb.Chart.from_scxml(f"""<scxml {ns} name="c" initial="Idle">
+      <state id="Idle"><transition event="Go" target="Wait"/></state>
+      <state id="Wait"><sb:timeout event="Late" after="1h"/><transition event="Late" target="Idle"/></state>
+    </scxml>""")
+    new = sb.Chart.from_scxml(f"""<scxml {ns} name="c" initial="Idle">
+      <state id="Idle"><transition event="Go" target="Wait"/></state>
+      <state id="Wait"><transition event="Back" target="Idle"/></state>
+    </scxml>""")
+    d = sb.diff(old, new)
+    assert d.kind == "compatible"
+    assert any("no longer declares <sb:timeout> 'Late'" in r for r in d.reasons)
+    interp = sb.Interpreter(old)
+    idle, _ = interp.start("i")
+    waiting, _ = interp.drive(idle, "Go")
+    assert sb.Position.import_(idle.export(), new).configuration == {"Idle"}
+    with pytest.raises(MigrationError, match="Late"):
+        sb.Position.import_(waiting.export(), new)

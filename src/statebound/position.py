@@ -904,10 +904,15 @@ def diff(old_chart: Chart, new_chart: Chart, mapping: Mapping[str, str] | None =
 
     * ``"identical"``: same identity; blobs load on either chart unchanged.
     * ``"compatible"``: every state of ``old_chart`` exists in ``new_chart`` with the same
-      kind and parent, so ``Position.import_(pos.export(), new_chart)`` works as is.
+      kind and parent, so ``Position.import_(pos.export(), new_chart)`` works as is (but see
+      the notes on timeouts and invokes below).
     * ``"mapped"``: compatible once ``mapping`` ({old_id: new_id}) renames are applied.
     * ``"breaking"``: some old states have no counterpart, or changed kind or parent
       (or a parallel state gained a region), so some positions cannot move.
+
+    A state that no longer declares a named ``<sb:timeout>``, or has fewer ``<invoke>`` elements,
+    leaves the verdict as it is and adds a note: only a position holding that timeout or
+    invocation cannot move, and ``import_`` refuses it alone (``MigrationError``).
 
     :return: a :class:`ChartDiff` whose ``reasons`` say what differs.
     """
@@ -946,6 +951,16 @@ def diff(old_chart: Chart, new_chart: Chart, mapping: Mapping[str, str] | None =
             blocking.append(f"state {node.id!r} moved: parent {old_parent or '<scxml>'!r} -> {got or '<scxml>'!r}")
         if node.kind == "parallel" and new.kind == "parallel" and len(new.children) > len(node.children):
             blocking.append(f"parallel state {node.id!r} gained region(s): positions inside it would lack them")
+        # A position in the state may hold one of its timeouts or invocations, which import_
+        # checks against the new state's declarations by name and by index. Only such
+        # positions are stuck (the others move), so this is a note, not a block.
+        for t in node.timeouts:
+            if not any(n.name == t.name for n in new.timeouts):
+                notes.append(f"state {node.id!r} no longer declares <sb:timeout> {t.name!r}: a position "
+                             "waiting on it cannot move")
+        if len(new.invokes) < len(node.invokes):
+            notes.append(f"state {node.id!r} has {len(new.invokes)} <invoke>(s), not {len(node.invokes)}: a "
+                         "position with one of the last ones running cannot move")
     for nid in new_chart.state_ids:
         if nid not in targets:
             notes.append(f"state {nid!r} is new")
