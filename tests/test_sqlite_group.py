@@ -169,11 +169,14 @@ def test_claimed_rows_equal_the_rows_stored_with_the_claim(store):
     assert store.claim_due(10, 10, "n1", 500)[0].dedup == {"macrostep": 3, "owner": 1}
 
 
-def test_a_damaged_claimed_row_is_a_store_error(store):
+def test_a_damaged_claimed_row_is_parked_dead_naming_the_field(store):
+    """It used to fail the whole claim with a StoreError (test_sqlite_store has the sweep)."""
     create(store, "x1", timers_put=[timer("x1", 1, 10)])
+    create(store, "x2", timers_put=[timer("x2", 1, 10)])
     store._execute("UPDATE timers SET event = ? WHERE instance_id = 'x1'", (b"\xc1",))
-    with pytest.raises(StoreError, match="timer event"):
-        store.claim_due(10, 10, "n1", 500)
+    assert [r.key for r in store.claim_due(10, 10, "n1", 500)] == [("x2", 1)]
+    state, error = store._execute("SELECT state, last_error FROM timers WHERE instance_id = 'x1'").fetchone()
+    assert state == "dead" and "timer event" in error
 
 
 # ----------------------------------------------------------------------------- claims
