@@ -723,3 +723,32 @@ def test_a_state_exited_while_start_runs_still_gets_its_cancel_hook(make, answer
     assert host.get("o1").configuration == {"Aborted"}
     assert len(cancelled) == 1
     assert [r for r in host.pending_timers("o1") if r.kind in (INVOKE, CANCEL)] == []
+
+
+def test_each_failed_delivery_counts_once_in_host_metrics(make):
+    """A retryable outbox failure was counted twice (by the release, then by the result):
+    three failed attempts read failed=5. Timer rows always counted once."""
+    rx = Receiver(fail_times=10)
+    host, clock = make(processors={"app": rx}, max_attempts=3)
+    host.start("shop", "s1")
+    host.send("s1", "Notify")
+    assert host.metrics["failed"] == 1
+    for _ in range(2):
+        clock.advance(60_000)
+        host.fire_due()
+    assert len(rx.calls) == 3
+    assert (host.metrics["failed"], host.metrics["dead"]) == (3, 1)
+
+
+def test_the_default_log_line_quotes_what_could_forge_a_line(tmp_path, caplog):
+    """With no on_log, a chart's <log> goes to the 'statebound' logger. The instance id was
+    written as it is, so an id holding a newline wrote a second, forged log line."""
+    chart = sb.Chart.from_scxml(f"""<scxml {NS} name="l" initial="s"><state id="s">
+      <transition event="go"><log label="step" expr="'went'"/></transition></state></scxml>""")
+    host = sb.Host([chart], store=sb.MemoryStore(), clock=sb.ManualClock(T0))
+    forged = "order-9\nCRITICAL statebound admin password reset for order-1"
+    host.start("l", forged)
+    with caplog.at_level("INFO", logger="statebound"):
+        host.send(forged, "go")
+    [line] = [r.getMessage() for r in caplog.records if "went" in r.getMessage()]
+    assert "\n" not in line and "order-9\\n" in line

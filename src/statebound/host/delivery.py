@@ -172,7 +172,8 @@ def apply(h: Host, u: Unit, iid: str, effects: tuple[Any, ...], ctx: Any) -> Non
             if h.on_log is not None:
                 h.on_log(iid, eff.label, eff.value)
             else:
-                log.info("[%s] %s: %r", iid, eff.label, eff.value)
+                # quoted: an instance id or a label may hold a newline, and must not forge a line
+                log.info("[%r] %r: %r", iid, eff.label, eff.value)
         elif t is BudgetExhausted:
             h.metrics.add("budget_exhausted")
             log.warning("instance %r: event %r exhausted the %s budget after %d rounds; position unchanged",

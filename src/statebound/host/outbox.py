@@ -391,8 +391,8 @@ class Outbox:
         text = describe(exc)
         dead = isinstance(exc, (DeliveryRejected, SerializationError)) or attempts >= h.max_attempts
         if not dead:
-            release(h, row, node, text, attempts)
-            return self._result(row.key, "failed", text, lag)
+            release(h, row, node, text, attempts)   # which counts the failure in host.metrics
+            return FireResult(row.key, "failed", text, lag)
         p = row.event
         iid = row.instance_id
         data = {"type": p["type"], "attempts": attempts, "error": type(exc).__name__}
