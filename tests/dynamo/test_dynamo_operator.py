@@ -115,6 +115,24 @@ def test_history_costs_one_more_put_in_the_same_transaction(mock_client, table):
     assert recording.replay("h").identical
 
 
+def test_a_host_without_history_still_deletes_an_instances_history(mock_client, table):
+    """In-process moto: one host records history, another (without history=) deletes the
+    instance. The records stayed, and a new instance of the same id read them as its own,
+    the old event data (a card number) included: an erasure that kept the data."""
+    import statebound as sb
+    chart = sb.Chart.from_scxml("<scxml xmlns=\"http://www.w3.org/2005/07/scxml\" name=\"c\" initial=\"s\" datamodel=\"python\"><state id=\"s\"><transition event=\"go\"/></state></scxml>")
+    store = make_store(mock_client, table)
+    recording = sb.Host([chart], store=store, history=True)
+    plain = sb.Host([chart], store=store)
+    recording.start("c", "x")
+    recording.send("x", "go", {"card": "4111111111111111"})
+    assert len(store.history("x")) == 2
+    plain.delete("x")
+    assert store.history("x") == []
+    recording.start("c", "x")
+    assert [r.kind for r in store.history("x")] == ["start"] and recording.replay("x").identical
+
+
 def test_a_record_too_large_for_an_item_is_kept_without_its_data(mock_client, table):
     import statebound as sb
     chart = sb.Chart.from_scxml('''<scxml xmlns="http://www.w3.org/2005/07/scxml" name="big" initial="s"

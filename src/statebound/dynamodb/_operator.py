@@ -226,7 +226,8 @@ def history(self: DynamoStore, instance_id: str, *, after_version: int = 0,
 def purge_history(self: DynamoStore, instance_id: str) -> None:
     """Delete a deleted instance's history items, after its commit, best effort."""
     keys = [item["sk"]["S"] for item in self._pages(
-        "query", KeyConditionExpression="#pk = :pk AND begins_with(#sk, :h)", ProjectionExpression="#sk",
+        "query", ConsistentRead=True,   # the records the deleted instance's last commits wrote too
+        KeyConditionExpression="#pk = :pk AND begins_with(#sk, :h)", ProjectionExpression="#sk",
         ExpressionAttributeNames={"#pk": "pk", "#sk": "sk"},
         ExpressionAttributeValues={":pk": S(instance_id), ":h": S(HISTORY_PREFIX)})]
     self._batch_delete_quietly([self._key(instance_id, sk) for sk in keys], f"history records of {instance_id!r}")

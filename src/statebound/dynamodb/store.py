@@ -546,7 +546,10 @@ class DynamoStore:
         if deferred:
             self._delete_quietly(deferred)
         for w in commit.writes:
-            if w.blob is None and commit.history_in_use:
+            # Whoever deletes, the history goes: a host without history= may delete what
+            # another recorded, and a later instance of the same id would read it as its own
+            # (an erasure that kept the data). One Query per delete.
+            if w.blob is None:
                 _operator.purge_history(self, w.instance_id)
 
     def _delete_quietly(self, keys: list[TimerKey]) -> None:

@@ -411,9 +411,8 @@ class Commit:
     #: deleted in the same commit); ``None`` keeps them all. DynamoDB bounds history by
     #: ``expires_at_ms`` (TTL) instead.
     history_keep: int | None = None
-    #: the writing host records history. SQLite and memory drop a deleted instance's history
-    #: in the same transaction anyway; DynamoDB, which pays a Query to find it, looks only then
-    #: (a history left by another host expires by TTL)
+    #: the writing host records history (kept for stores that want to know; every store now
+    #: drops a deleted instance's history whoever deletes it)
     history_in_use: bool = False
 
     @property
