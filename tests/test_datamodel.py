@@ -492,3 +492,75 @@ def test_only_named_system_variables_are_bound_and_each_named_one_is_visible():
     assert bare.uses == frozenset()
     ctx = bare.open({}, "s", "n", {"x": 1}, lambda _s: True)
     assert "_event" not in ctx.ns and "_ioprocessors" not in ctx.ns and "In" not in ctx.ns
+
+
+# --------------------------------------------------------------------------- drives are pure
+PURE = """<datamodel><data id="n" expr="0"/></datamodel><state id="a"><transition event="go">
+  <script>_event.data['items'].append(len(_event.data['items'])); _event.data['meta']['seen'] = True
+n = len(_event.data['items'])</script>
+  <send event="later" delay="1s"><param name="d" expr="_event.data"/></send></transition></state>"""
+
+
+def test_chart_code_cannot_change_the_callers_event_data():
+    c = chart(PURE)
+    it = sb.Interpreter(c)
+    pos, _ = it.start("s")
+    data = {"items": [], "meta": {"tags": ("x", [1])}}
+    ev = sb.Event("go", data=data)
+    runs = [it.drive(pos, ev) for _ in range(3)]
+    # the same position and event give the same position and effects, every time
+    assert [p.datamodel["n"] for p, _ in runs] == [1, 1, 1]
+    assert len({p.to_bytes() for p, _ in runs}) == 1
+    assert data == {"items": [], "meta": {"tags": ("x", [1])}}  # the caller's data, nested lists included
+    sent = next(e for e in runs[-1][1] if isinstance(e, sb.effects.SendDelayed))
+    assert sent.data == {"d": {"items": [0], "meta": {"tags": ("x", [1]), "seen": True}}}
+    data["items"].append("later")
+    data["meta"]["tags"][1].append(2)  # the effect is the chart's copy, not an alias of the caller's
+    assert sent.data == {"d": {"items": [0], "meta": {"tags": ("x", [1]), "seen": True}}}
+
+
+def test_event_data_is_copied_whole_shared_parts_and_cycles_included():
+    shared = [1]
+    loop: list = []
+    loop.append(loop)
+    pos, _ = run("""<datamodel><data id="r" expr="None"/></datamodel><state id="a"><transition event="go">
+      <script>d = _event.data; d['a'].append(2)
+r = [d['a'] is d['b'], d['loop'][0] is d['loop'], d['s'] == {1, 2}, d['ba'] == b'x', len(d['b'])]
+del d</script></transition></state>""",
+                 sb.Event("go", data={"a": shared, "b": shared, "loop": loop, "s": {1, 2}, "ba": bytearray(b"x")}))
+    assert pos.datamodel["r"] == [True, True, True, True, 2]
+    assert shared == [1] and loop[0] is loop
+
+
+def test_flat_event_data_still_reads_as_attributes():
+    pos, _ = run("""<datamodel><data id="r" expr="None"/></datamodel><state id="a"><transition event="go">
+      <assign location="r" expr="[_event.data.k, _event.data.n.m, _event.data['n']['m']]"/></transition></state>""",
+                 sb.Event("go", data={"k": 1, "n": {"m": [2]}}))
+    assert pos.datamodel["r"] == [1, [2], [2]]
+
+
+def test_event_data_of_any_depth_is_copied_but_tuples_too_deep_are_error_execution_where_read():
+    deep: list = []
+    for _ in range(5000):
+        deep = [deep]
+    body = """<datamodel><data id="r" expr="0"/><data id="err" expr="None"/></datamodel><state id="a">
+      <transition event="go"><assign location="r" expr="_event.name"/>
+      <script>d = _event.data
+for i in range(4999):
+    d = d[0]
+d.append(1)
+r = len(d)
+del d</script></transition>
+      <transition event="error.execution"><assign location="err" expr="_event.data['message']"/></transition>
+      </state>"""
+    pos, _ = run(body, sb.Event("go", data=deep))
+    assert pos.datamodel["r"] == 2 and pos.datamodel["err"] is None  # lists and dicts: no recursion
+    inner = deep
+    for _ in range(4999):
+        inner = inner[0]
+    assert inner == [[]]  # the caller's innermost list is as it was
+    tup: tuple = ()
+    for _ in range(5000):
+        tup = (tup,)
+    pos, _ = run(body, sb.Event("go", data=tup))
+    assert pos.datamodel["r"] == "go" and "nests too deeply" in pos.datamodel["err"]

@@ -336,3 +336,160 @@ def test_a_failed_assignment_or_declaration_says_why_in_plain_words():
     messages = [v for label, v in logs(effects) if label == "error"]
     assert messages[0] == "cannot assign to 'y': y is not declared"
     assert messages[1].startswith("cannot assign to 'v.x.z': TypeError"), messages
+
+
+# --------------------------------------------------------------------------- natives that never poll
+# The prelude wraps the natives QuickJS runs without polling its time limit (prelude.UNPOLLED,
+# String.raw, JSON.stringify's replacer list, Iterator drop/includes/join, the Set methods):
+# what they return must not change. tests/security/test_array_guard.py tries to get past them.
+UNPOLLED_SEMANTICS = [
+    ("[3, 1, 2].sort().join()", "1,2,3"),
+    ("[1, 2, 3].reverse().join()", "3,2,1"),
+    ("[1, 2, 3, 4].copyWithin(0, 2).join()", "3,4,3,4"),
+    ("[1, 2, 3].toReversed().join() + [2, 1].toSorted().join() + [1, 2].with(0, 5).join() + [1, 2, 3].toSpliced(1, 1).join()",
+     "3,2,11,25,21,3"),
+    ("JSON.stringify(Array.prototype.slice.call({length: 3, 0: 'a', 2: 'c'}))", '["a",null,"c"]'),
+    ("(function () { return Array.prototype.slice.call(arguments, 1).join(); })(1, 2, 3)", "2,3"),
+    ("Array.prototype.join.call(new Uint8Array([1, 2]), '-') + Array.prototype.join.call('abc', '-')", "1-2a-b-c"),
+    # what a Proxy, a length getter or a typed array is copied for, then written back to
+    ("(function () { var t = [1, 2, 3], p = new Proxy(t, {}); p.reverse(); return t.join() + '|' + p.join(); })()",
+     "3,2,1|3,2,1"),
+    ("(function () { var o = {0: 'b', 1: 'a', get length() { return 2; }}; var r = Array.prototype.sort.call(o);"
+     " return o[0] + o[1] + (r === o); })()", "abtrue"),
+    ("(function () { var t = [1, 2, 3], p = new Proxy(t, {}); var x = p.shift(); return x + '|' + t.join() + '|' + t.length; })()",
+     "1|2,3|2"),
+    ("(function () { var t = [2], p = new Proxy(t, {}); var n = p.unshift(0, 1); return n + '|' + t.join(); })()", "3|0,1,2"),
+    ("(function () { var t = [1, 2, 3, 4], p = new Proxy(t, {}); var r = p.splice(1, 2, 'x'); return r.join() + '|' + t.join(); })()",
+     "2,3|1,x,4"),
+    ("(function () { var t = [1, , 3], p = new Proxy(t, {}); p.reverse(); return [0 in t, 1 in t, 2 in t, t[0], t[2]].join(); })()",
+     "true,false,true,3,1"),
+    ("(function () { var u = new Uint8Array([3, 1, 2]); Array.prototype.sort.call(u); return u.join(); })()", "1,2,3"),
+    # concat: what spreads and what does not, holes, species
+    ("JSON.stringify([1].concat(2, [3, [4]], {length: 1, 0: 5}))", '[1,2,3,[4],{"0":5,"length":1}]'),
+    ("(function () { var o = {length: 2, 0: 'a', 1: 'b'}; o[Symbol.isConcatSpreadable] = true; return [].concat(o).join(); })()",
+     "a,b"),
+    ("(function () { var a = [1, 2]; a[Symbol.isConcatSpreadable] = false; var r = [0].concat(a); return r.length + '|' + (r[1] === a); })()",
+     "2|true"),
+    ("(function () { var r = [, 1].concat([2, , 3]); return [r.length, 0 in r, 3 in r, r[4]].join(); })()", "5,false,false,3"),
+    ("Array.prototype.concat.call(1, 2).length + '|' + typeof Array.prototype.concat.call(1)[0]", "2|object"),
+    ("(function () { var p = new Proxy([1, 2], {}); return p.concat([3]).join() + '|' + [0].concat(p).join(); })()", "1,2,3|0,1,2"),
+    ("(function () { class A extends Array {} var a = A.from([1, [2], 3]); return [a.slice(1) instanceof A,"
+     " a.concat([4]) instanceof A, a.flat() instanceof A, a.flatMap(function (x) { return [x]; }) instanceof A,"
+     " a.concat([4]).length, a.flat().length].join(); })()", "true,true,true,true,4,3"),
+    # flat and flatMap
+    ("JSON.stringify([1, [2, [3, [4]]], , 5].flat())", "[1,2,[3,[4]],5]"),
+    ("[1, [2, [3, [4]]]].flat(Infinity).join() + '|' + [1, [2]].flat(0).length", "1,2,3,4|2"),
+    ("[[1], [2]].flatMap(function (x, i, all) { return x.concat([i, all.length]); }).join()", "1,0,2,2,1,2"),
+    ("[1].flatMap(function () { return this.v; }, {v: 7})[0]", 7),
+    # the wrappers look like what they wrap
+    ("[Array.prototype.concat.length, Array.prototype.flat.length, Array.prototype.flatMap.length,"
+     " Array.prototype.join.length, Array.prototype.splice.length, Array.prototype.join.name, String.raw.length,"
+     " JSON.stringify.length, Set.prototype.union.length, 'prototype' in Array.prototype.join].join()",
+     "1,0,1,1,2,join,1,3,1,false"),
+    ("String.raw({raw: ['x', 'y', 'z']}, 1, 2, 3) + '|' + String.raw({raw: 'abc'}, '-') + '|' + String.raw({raw: []})",
+     "x1y2z|a-bc|"),
+    ("JSON.stringify({a: 1, b: 2, c: 3}, ['a', 'c']) + JSON.stringify({1: 1, b: 2, c: 3}, [1, new String('b'), {}])",
+     '{"a":1,"c":3}{"1":1,"b":2}'),
+    ("JSON.stringify({a: [1]}, null, 1) + JSON.stringify([1], function (k, v) { return typeof v === 'number' ? v + 1 : v; })",
+     '{\n "a": [\n  1\n ]\n}[2]'),
+    ("[1, 2, 3].values().drop(1).toArray().join() + '|' + [1, 2, 3].values().includes(2) + '|' + [1, null, 3].values().join('-')",
+     "2,3|true|1--3"),
+    ("(function () { var closed = 0, it = {next: function () { return {value: 1, done: false}; },"
+     " return: function () { closed++; return {}; }}; Iterator.prototype.includes.call(it, 1); return closed; })()", 1),
+    ("[...new Set([1, 2]).union(new Set([3]))].join() + '|' + new Set([1, 2]).isSubsetOf(new Set([1, 2, 3]))"
+     " + '|' + new Set([1, 2]).isSupersetOf(new Set([2])) + '|' + [...new Set([1, 2]).symmetricDifference(new Set([2, 3]))].join()",
+     "1,2,3|true|true|1,3"),
+    ("[...new Set([1, 2, 3]).intersection({size: 1, has: function (x) { return x === 2; },"
+     " keys: function () { return [2].values(); }})].join()", "2"),
+    ("[typeof Proxy, Proxy.prototype === undefined, Proxy.name, Proxy.length, new Proxy({a: 1}, {}).a,"
+     " Proxy.revocable({b: 2}, {}).proxy.b].join()", "function,true,Proxy,2,1,2"),
+    ("(function () { var a = []; a.length = 2 ** 25; try { a.join(); } catch (e) { return e.name + ': ' + e.message; } })()",
+     "RangeError: join: over 2**24 elements"),
+]
+
+
+def test_the_natives_the_prelude_wraps_keep_their_semantics():
+    from xml.sax.saxutils import quoteattr
+    blocks = "".join(f'<onentry><log label="{i}" expr={quoteattr(e)}/></onentry>'
+                     for i, (e, _) in enumerate(UNPOLLED_SEMANTICS))
+    c = chart(f'<state id="a">{blocks}<transition event="error.execution">'
+              '<log label="error" expr="_event.data.message"/></transition></state>')
+    seen = dict(logs(run(c)[1]))
+    assert "error" not in seen, seen["error"]
+    for i, (e, want) in enumerate(UNPOLLED_SEMANTICS):
+        assert seen.get(str(i)) == want, (e, seen.get(str(i)))
+
+
+@pytest.mark.parametrize("expr", ["Proxy({}, {})", "[1].flatMap(5)", "new Set([1]).union([1])",
+                                  "Set.prototype.union.call([], new Set())", "Iterator.prototype.drop.call(1, 1)",
+                                  "String.raw()", "Array.prototype.concat.call(null)"])
+def test_the_wrapped_natives_refuse_what_the_natives_refuse(expr):
+    c = chart(f'<state id="a"><onentry><log label="v" expr="{expr}"/></onentry>{ERR_TO_LOG}</state>'
+              '<state id="failed"/>')
+    pos, effects = run(c)
+    assert "failed" in pos.configuration and "TypeError" in logs(effects)[0][1], logs(effects)
+
+
+# --------------------------------------------------------------------------- the caller's values
+def test_a_failing_script_says_why_without_the_realms_tag():
+    # the realm tags a failure "\x01e": stripped one character short, messages read "eRangeError: ..."
+    c = chart('<state id="a"><onentry><script>throw new RangeError("boom");</script></onentry>'
+              '<transition event="error.execution"><log label="error" expr="_event.data.message"/></transition>'
+              '</state>')
+    _, effects = run(c)
+    assert [v for label, v in logs(effects) if label == "error"] == ["<script> failed: RangeError: boom"]
+    with pytest.raises(sb.EvaluationError, match=r"^loading: RangeError: x$"):
+        E.EcmaScriptContext._check("\x01eRangeError: x", "loading")
+
+
+class _Opaque:
+    def __str__(self) -> str:
+        return "opaque"
+
+
+@pytest.mark.parametrize(("field", "value", "seen"), [
+    ("raw", b"x", "x"), ("sendid", {2, 1}, [1, 2]), ("origin", _Opaque(), "opaque"), ("invokeid", ("a", 1), ["a", 1]),
+    ("origintype", 5, 5), ("type", b"external", "external"),
+])
+def test_event_fields_that_are_not_json_values_read_as_plain_ones(field, value, seen):
+    # as event data always did; the python datamodel shows them as they are (a bare TypeError before)
+    c = chart('<state id="a"><transition event="go"><assign location="v" expr="_event.' + field + '"/>'
+              '<assign location="n" expr="_event.name + _event.data"/></transition></state>',
+              '<data id="v"/><data id="n"/>')
+    pos, _ = run(c, sb.Event("go", data="!", **{field: value}))
+    v = pos.datamodel["v"]
+    assert (sorted(v) if field == "sendid" else v) == seen and pos.datamodel["n"] == "go!"
+
+
+def test_an_event_field_nested_too_deep_is_error_execution_where_it_is_read():
+    deep: list = []
+    for _ in range(2000):
+        deep = [deep]
+    c = chart(f'<state id="a"><transition event="go"><assign location="v" expr="_event.raw"/></transition>{ERR_TO_LOG}'
+              '</state><state id="failed"/>', '<data id="v" expr="1"/>')
+    pos, effects = run(c, sb.Event("go", raw=deep))
+    assert "failed" in pos.configuration and pos.datamodel["v"] == 1
+    assert "nests more than 256 levels" in logs(effects)[0][1]
+
+
+@pytest.mark.parametrize("name", ["undefined", "NaN", "Infinity"])
+def test_a_stored_variable_named_after_a_read_only_global_is_refused_at_load(name):
+    import msgpack
+
+    from statebound.position import read_header
+    c = chart('<state id="a"><transition event="go"><assign location="x" expr="x + 1"/></transition></state>',
+              '<data id="x" expr="1"/>')
+    pos, _ = sb.Interpreter(c).start("s1")
+    blob = pos.to_bytes()
+    off = read_header(blob).payload_offset
+    fields = list(msgpack.unpackb(blob[off:], raw=False))
+    fields[3] = msgpack.packb({"x": 1, name: 0}, use_bin_type=True)  # the packed variables
+    crafted = blob[:off] + msgpack.packb(fields, use_bin_type=True)
+    # every later drive would fail on it (the name cannot be installed), so it never loads
+    with pytest.raises(sb.CorruptPosition, match=f"'{name}' is a read-only global"):
+        sb.Position.from_bytes(crafted, c)
+    with pytest.raises(sb.SerializationError, match="read-only global"):
+        sb.Interpreter(c).start("s2", data={name: 1})
+    fields[3] = msgpack.packb({"x": 1, "eval": 0}, use_bin_type=True)  # a standard global: shadowed, fine
+    ok = sb.Position.from_bytes(blob[:off] + msgpack.packb(fields, use_bin_type=True), c)
+    assert dict(sb.Interpreter(c).drive(ok, "go")[0].datamodel) == {"x": 2, "eval": 0}

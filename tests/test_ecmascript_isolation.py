@@ -62,6 +62,10 @@ PROBES = {
                         " && Object.getPrototypeOf(globalThis).stash === undefined && typeof Math === 'object'",
     "iterators": "Object.getPrototypeOf([][Symbol.iterator]()).stash === undefined"
                  " && Object.getPrototypeOf(function* () {}).stash === undefined",
+    "wrapped_natives": "Proxy.stash === undefined && typeof Proxy.revocable === 'function'"
+                       " && Proxy.revocable.stash === undefined && typeof Array.prototype.flat === 'function'"
+                       " && [1].concat([2]).join() === '1,2' && String.raw.stash === undefined"
+                       " && Iterator.prototype.drop.stash === undefined",
     # the whole reachable object graph, prototypes and accessors included: no secret anywhere
     "nowhere": """(function () {
         var seen = new Set(), found = false, todo = [globalThis];
@@ -138,6 +142,14 @@ ATTACKS = {
              "queueMicrotask(function () { globalThis.leak5 = secret; });",
              "(async function () { await null; globalThis.leak5 = secret; })();"],
     "global_prototype": ["Object.setPrototypeOf(globalThis, { leak6: secret, Math: secret });"],
+    # the prelude's wrappers of natives that never poll (and the Proxy constructor it records with)
+    "wrapped_natives": ["Proxy.stash = secret;", "Proxy.revocable.stash = secret;", "Proxy.revocable = null;",
+                        "Array.prototype.concat.stash = secret;", "Array.prototype.flat = null;",
+                        "String.raw.stash = secret;", "JSON.stringify.stash = secret;",
+                        "Set.prototype.union.stash = secret;", "Iterator.prototype.drop.stash = secret;",
+                        "var leak = new Proxy({}, { get: function () { return secret; } });",
+                        "var leak2 = Proxy.revocable([secret], {}).proxy; [].concat(leak2, [secret]);",
+                        "[secret].values().drop(0).next(); new Set([secret]).union(new Set([secret]));"],
 }
 
 

@@ -8,6 +8,7 @@ variables. The interpreter only talks to these two interfaces, so adding a datam
 
 from __future__ import annotations
 
+import copy
 import threading
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
@@ -38,10 +39,135 @@ class AttrDict(dict):
         return AttrDict(v) if type(v) is dict else v
 
 
-class EventView:
-    """The read-only ``_event`` object expressions see."""
+#: Types whose values nothing can change: the chart may share them with the caller.
+_IMMUTABLE = frozenset({str, int, float, bool, type(None), bytes, complex, frozenset})
+_MISSING = object()
 
-    __slots__ = ("data", "invokeid", "name", "origin", "origintype", "raw", "sendid", "type")
+
+def _owned(value: Any) -> Any:
+    """A copy of event data that shares nothing the chart could change with ``value``.
+
+    Lists, dicts, tuples, sets and bytearrays are copied all the way down, however deep (shared
+    references and cycles stay shared within the copy); other objects with ``copy.deepcopy``,
+    or passed as they are when they cannot be copied. A dict of immutable values, the common
+    case, costs one shallow copy. The top-level dict is an :class:`AttrDict`.
+
+    :raises EvaluationError: tuples (or objects ``deepcopy`` copies) nest deeper than Python's
+        stack allows.
+    """
+    t = type(value)
+    if t in _IMMUTABLE:
+        return value
+    if t is dict:
+        for v in value.values():
+            if type(v) not in _IMMUTABLE:
+                break
+        else:
+            return AttrDict(value)
+    try:
+        return _tree(value, {}, 0, AttrDict)
+    except _NotATree:
+        pass
+    try:
+        return _Copier().copy(value, top=True)
+    except RecursionError:
+        raise EvaluationError("the event's data nests too deeply to be copied for the chart") from None
+
+
+class _NotATree(Exception):
+    """What :func:`_tree` leaves to :class:`_Copier`: an object of another type, or deep nesting."""
+
+
+def _tree(v: Any, memo: dict[int, Any], depth: int, mapping: type = dict) -> Any:
+    """The copy of JSON-like data nesting at most 64 levels: by recursion, about twice as fast
+    as :class:`_Copier`, which takes over for anything else."""
+    c = memo.get(id(v), _MISSING)
+    if c is not _MISSING:
+        return c
+    t = type(v)
+    if depth > 64:
+        raise _NotATree
+    if t is list:
+        c = memo[id(v)] = []
+        for x in v:
+            c.append(x if type(x) in _IMMUTABLE else _tree(x, memo, depth + 1))
+    elif t is dict or t is AttrDict:
+        c = memo[id(v)] = mapping()
+        for k, x in v.items():
+            c[k] = x if type(x) in _IMMUTABLE else _tree(x, memo, depth + 1)
+    elif t is tuple:
+        # a cycle back through a list inside may have copied this tuple already: keep that copy
+        c = memo.setdefault(id(v), tuple([x if type(x) in _IMMUTABLE else _tree(x, memo, depth + 1) for x in v]))
+    elif t is set or t is bytearray:
+        c = memo[id(v)] = t(v)  # (a set holds hashable values only)
+    else:
+        raise _NotATree
+    return c
+
+
+class _Copier:
+    """One deep copy. Lists and dicts are made empty and filled from a work list, not by
+    recursion: JSON-like data can nest deeper than Python's stack."""
+
+    __slots__ = ("memo", "todo")
+
+    def __init__(self) -> None:
+        self.memo: dict[int, Any] = {}
+        self.todo: list[tuple[Any, Any]] = []
+
+    def copy(self, value: Any, top: bool = False) -> Any:
+        out = self.one(value, AttrDict if top else dict)
+        todo = self.todo
+        one = self.one
+        while todo:
+            src, dst = todo.pop()
+            if type(dst) is list:
+                dst.extend([one(x) for x in src])
+            else:
+                for k, x in src.items():
+                    dst[k] = one(x)
+        return out
+
+    def one(self, v: Any, mapping: type = dict) -> Any:
+        """``v``'s copy; a list or dict comes back empty, to be filled from the work list."""
+        t = type(v)
+        if t in _IMMUTABLE:
+            return v
+        memo = self.memo
+        c = memo.get(id(v), _MISSING)
+        if c is not _MISSING:
+            return c
+        if t is dict or t is AttrDict or t is list:
+            c = memo[id(v)] = [] if t is list else mapping()
+            self.todo.append((v, c))
+        elif t is tuple:
+            # its lists and dicts are filled later; a cycle back through one finds this copy
+            c = memo[id(v)] = tuple([self.one(x) for x in v])
+        elif t is set or t is bytearray:
+            c = memo[id(v)] = t(v)  # (a set holds hashable values only)
+        else:
+            try:
+                c = copy.deepcopy(v, memo)
+            except RecursionError:
+                raise
+            except Exception:  # a lock, a generator...: nothing Python can copy, so nothing to protect
+                c = memo[id(v)] = v
+        return c
+
+
+class EventView:
+    """The read-only ``_event`` object expressions see.
+
+    ``data`` is the chart's own copy of the event's (see ``_owned``): chart code may change it
+    without changing the caller's object, so the same drive gives the same result every time it
+    runs. Data that nests is copied when first read, so a chart that never reads it pays nothing.
+    """
+
+    __slots__ = ("_source", "data", "invokeid", "name", "origin", "origintype", "raw", "sendid", "type")
+    # the fields, in the order as_dict() lists them (the stored form of an _event kept in a variable)
+    _FIELDS = ("data", "invokeid", "name", "origin", "origintype", "raw", "sendid", "type")
+    data: Any
+    _source: Any  # the caller's data, until it is copied
 
     def __init__(self, event: Any) -> None:
         self.name = event.name
@@ -50,13 +176,33 @@ class EventView:
         self.origin = event.origin or ""
         self.origintype = event.origintype or ""
         self.invokeid = event.invokeid or ""
-        d = event.data
-        self.data = AttrDict(d) if type(d) is dict else d
         self.raw = event.raw or ""
+        d = event.data
+        if d is None:
+            self.data = None
+        elif type(d) is dict:  # most data: a dict of scalars, copied as it always was
+            for v in d.values():
+                if type(v) not in _IMMUTABLE:
+                    self._source = d  # data stays unset until read: see __getattr__
+                    break
+            else:
+                self.data = AttrDict(d)
+        elif type(d) in _IMMUTABLE:
+            self.data = d
+        else:
+            self._source = d
+
+    def __getattr__(self, name: str) -> Any:
+        # called only for an attribute that is not set: data that nests, on its first read
+        if name != "data":
+            raise AttributeError(name)
+        d = self.data = _owned(self._source)
+        self._source = None
+        return d
 
     def as_dict(self) -> dict[str, Any]:
         """The fields as a plain dict (how an ``_event`` stored in a variable persists)."""
-        return {k: getattr(self, k) for k in self.__slots__}
+        return {k: getattr(self, k) for k in self._FIELDS}
 
     def __eq__(self, other: object) -> bool:
         if isinstance(other, EventView):
@@ -157,6 +303,10 @@ def check_serializable(value: Any, what: str = "value") -> None:
 
 
 _JSON_SCALARS = frozenset((str, int, float, bool, type(None)))
+#: Globals of the ecmascript datamodel that no variable may be named after: read-only in every
+#: realm, so installing one fails every drive of the session (``<data id="NaN">`` and start
+#: data are refused the same way).
+_JS_READ_ONLY = frozenset({"undefined", "NaN", "Infinity"})
 
 #: How deeply lists and objects may nest in an ecmascript datamodel value. Its values cross
 #: into QuickJS as JSON, and Python's ``json`` recurses once per level on the caller's stack:
@@ -208,6 +358,8 @@ def check_stored(datamodel: str, values: Any) -> str | None:
     for name in values:
         if type(name) is not str or not name or name in SYSTEM_VARIABLES or name.startswith("__"):
             return f"{name!r} is not a variable name"
+        if json_only and name in _JS_READ_ONLY:
+            return f"{name!r} is a read-only global of the ecmascript datamodel, not a variable name"
     todo = [(v, 1) for v in values.values() if type(v) not in scalars]   # most variables are scalars
     limit = MAX_NESTING if json_only else None  # python values never cross as JSON
     while todo:  # iterative: depth is bounded by the decoder, but no need to recurse

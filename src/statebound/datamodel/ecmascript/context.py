@@ -315,7 +315,7 @@ class EcmaScriptContext:
     @staticmethod
     def _check(r: Any, what: str) -> None:
         if r:
-            raise EvaluationError(f"{what}: {r[1:] if isinstance(r, str) and r[:1] == chr(1) else r}")
+            raise EvaluationError(f"{what}: {_failure(r)}")
 
     def _ids(self, need: Any) -> str | None:
         if need is None:
@@ -424,7 +424,7 @@ class EcmaScriptContext:
         r = self._invoke("cond", *self._ready(expr, "cond"))
         if r is True or r is False:
             return r
-        raise EvaluationError(f"{expr.src!r}: {r[2:] if isinstance(r, str) else r}")
+        raise EvaluationError(f"{expr.src!r}: {_failure(r)}")
 
     def valid_location(self, location: Expr) -> bool:
         """Whether the location compiles as an assignment target rooted at a variable name."""
@@ -489,7 +489,7 @@ class EcmaScriptContext:
         if script.id in self.dm.top_script_ids:
             self._invoke("code")
         if r:
-            raise EvaluationError(f"<script> failed: {r[1:]}")
+            raise EvaluationError(f"<script> failed: {_failure(r)}")
 
     def set_event(self, event: Any) -> None:
         """Bind ``_event`` (sent to the runtime only when something reads it)."""
@@ -521,8 +521,24 @@ class EcmaScriptContext:
             if too_deep(data):
                 raise EvaluationError(f"the data of event {event.name!r} nests more than {MAX_NESTING} levels deep")
             if text is None:
-                text, special = dumps(fields + [plain(data)])
+                text, special = EcmaScriptContext._plain_event(event, fields, data)
         return text, mode, special
+
+    @staticmethod
+    def _plain_event(event: Any, fields: list[Any], data: Any) -> tuple[str, bool]:
+        """The event as JSON when a field or the data is not a JSON value (bytes, a set, an object).
+
+        Each becomes its plain stand-in (:func:`.values.plain`), as data always did: the python
+        datamodel shows such a field as it is, so a drive must not fail on it here either.
+        """
+        for f in fields:
+            if f is not None and type(f) is not str and too_deep(f):
+                raise EvaluationError(f"a field of event {event.name!r} nests more than {MAX_NESTING} levels deep")
+        try:
+            return dumps([f if f is None or type(f) is str else plain(f) for f in fields] + [plain(data)])
+        except Exception as exc:  # plain() calls str() on the caller's objects, which may raise anything
+            raise EvaluationError(f"event {event.name!r} cannot be shown to the chart: {type(exc).__name__}: {exc}"
+                                  ) from None
 
     def variables(self) -> dict[str, Any]:
         """The variables as plain JSON-compatible values.

@@ -12,20 +12,27 @@ realms). The standard globals move to ``STD``, a frozen object between the globa
 adds to the global object and the prelude's per-drive state, which ``reset`` wipes before
 every drive (see ``docs/adr/0024-one-frozen-quickjs-realm-per-thread.md``).
 
-Nothing the prelude defines is reachable from chart code except the system variables and
-``In()``, and those are frozen too.
+Nothing the prelude defines is reachable from chart code except the system variables, ``In()``
+and the wrappers of the natives that QuickJS runs without polling its time limit (see
+:data:`UNPOLLED`) and of ``Proxy`` (which records every proxy it makes, so that the wrappers
+can tell one apart), and those are frozen too.
 """
 
 from __future__ import annotations
 
 __all__ = ["PRELUDE", "UNPOLLED"]
 
-# QuickJS's native array methods below walk ``length`` without polling the interrupt handler
-# (the others do): on a sparse array or array-like of length 2**32-1, one call would run for
-# minutes past every time limit. The prelude makes them refuse more than 2**24 elements, far
-# more than any array that fits in the heap.
-UNPOLLED = ("join toString toLocaleString reverse copyWithin shift unshift slice splice concat sort flat flatMap "
-            "fill toReversed toSorted toSpliced with")
+#: The ``Array.prototype`` methods whose native loops over ``length`` never poll QuickJS's
+#: interrupt handler (the others do): on a sparse array or an array-like of length 2**32-1 one
+#: call would run for minutes past every time limit. The prelude wraps each so that the native
+#: loops over at most 2**24 elements (far more than any array that fits in the heap) and over a
+#: length nothing can change once checked; ``concat``, ``flat`` and ``flatMap``, which read
+#: lengths half-way through, are rewritten around that. (``toString`` only calls ``join``.)
+#: The same holds for the other natives that loop without polling: ``String.raw``, the
+#: replacer list of ``JSON.stringify``, ``Iterator.prototype.drop``/``includes``/``join`` and the
+#: ``Set`` methods that take a set-like, which pull from an iterator whose ``next`` is native.
+UNPOLLED = ("join toLocaleString reverse copyWithin shift unshift slice splice sort fill toReversed toSorted "
+            "toSpliced with concat flat flatMap")
 
 _PRELUDE = r"""
 (function () {
@@ -39,16 +46,209 @@ var g = globalThis, O = Object, R = Reflect, apply = R.apply, defProp = O.define
   MARK = "\u0000sb:", UNSAFE = /[\u0000\ud800-\udfff]/, special = false, i;
 var ERRORS = [Error, EvalError, RangeError, ReferenceError, SyntaxError, TypeError, URIError, g.InternalError,
   g.AggregateError, g.SuppressedError, g.DOMException];
-// array methods that never poll the interrupt handler: at most 2**24 elements (see UNPOLLED)
-var AP = Array.prototype, RangeErr = RangeError, UNPOLLED = "%UNPOLLED%".split(" ");
-function huge(o) { return o !== null && (typeof o === "object" || typeof o === "function") && +o.length > 16777216; }
-function guard(k, f) {
-  defProp(AP, k, { writable: true, configurable: true, value: function () {
-    for (var j = -1; j < arguments.length; j++)
-      if (j < 0 ? huge(this) : isArray(arguments[j]) && huge(arguments[j])) throw new RangeErr(k + ": over 2**24 elements");
-    return apply(f, this, arguments); } });
+// ---- natives that never poll the interrupt handler (see UNPOLLED): a native loop over a length
+// or an iterator the chart controls runs past every time limit. Each is wrapped so that the
+// native loops over at most 2**24 elements, over a length read once and that nothing can change
+// before the native reads it (a genuine Array's, or a fresh copy's made by a JS loop, which
+// QuickJS polls), or pulls from an iterator through a JS function (a call, which it polls).
+var AP = Array.prototype, Arr = Array, RangeErr = RangeError, CAP = 16777216, MAXLEN = 9007199254740991,
+  SPREAD = Symbol.isConcatSpreadable, SPECIES = Symbol.species, same = O.is, construct = R.construct,
+  defineProp = R.defineProperty, NativeProxy = Proxy, proxies = new WeakSet(),
+  isProxy = WeakSet.prototype.has.bind(proxies), addProxy = WeakSet.prototype.add.bind(proxies),
+  nSlice = AP.slice, nConcat = AP.concat, IP = g.Iterator.prototype, SP = Set.prototype, setHas = SP.has,
+  UNPOLLED = "%UNPOLLED%".split(" "), MUTATES = create(null);
+// shift, unshift and splice also set length; the others only move elements
+MUTATES.reverse = MUTATES.copyWithin = MUTATES.fill = MUTATES.sort = 1; MUTATES.shift = MUTATES.unshift = MUTATES.splice = 2;
+// Every Proxy is recorded as it is made (these are the only two ways a chart can make one): a
+// trap runs chart code on every read, so a Proxy's length is never taken for granted.
+function tracked(p) { addProxy(p); return p; }
+var proxyRevocable = NativeProxy.revocable;
+defProp(NativeProxy, "revocable", { writable: true, enumerable: false, configurable: true,
+  value: { revocable(t, h) { var r = proxyRevocable(t, h); addProxy(r.proxy); return r; } }.revocable });
+g.Proxy = tracked(new NativeProxy(NativeProxy, freeze({ construct: function (t, args) { return tracked(construct(t, args)); } })));
+function tooLong(k) { return new RangeErr(k + ": over 2**24 elements"); }
+function isObj(v) { return v !== null && (typeof v === "object" || typeof v === "function"); }
+function toObject(v) { if (v === null || v === undefined) throw new TypeErr("cannot convert " + v + " to object"); return O(v); }
+function toLength(v) { v = +v; return v !== v || v <= 0 ? 0 : v >= MAXLEN ? MAXLEN : v - v % 1; }
+function toInteger(v) { v = +v; return v !== v ? 0 : v === 1 / 0 || v === -1 / 0 ? v : v - v % 1; }
+function withLength(w, n) { defProp(w, "length", { value: n }); return w; }
+// Whether reading o.length runs no chart code, so that the native reads what the guard read: a
+// genuine Array, or a primitive data property reached through no Proxy and no getter.
+function stable(o) {
+  if (isArray(o)) return !isProxy(o);
+  for (var p = o, n = 0; p !== null; p = getProto(p)) {
+    if (isProxy(p) || ++n > 64) return false;
+    var d = getDesc(p, "length");
+    if (d !== undefined) return hasOwn(d, "value") && !isObj(d.value);
+  }
+  return true;
 }
-for (i = 0; i < UNPOLLED.length; i++) if (typeof AP[UNPOLLED[i]] === "function") guard(UNPOLLED[i], AP[UNPOLLED[i]]);
+// A genuine Array whose lookups of constructor and Symbol.isConcatSpreadable reach only the
+// frozen prototypes: a native can read it without running chart code (its elements aside).
+function plainArray(o) { return isArray(o) && !isProxy(o) && getProto(o) === AP && !hasOwn(o, "constructor") && !hasOwn(o, SPREAD); }
+// o's first len elements in a fresh Array, holes kept, by a loop QuickJS polls
+function copyOf(o, len) {
+  var c = [];
+  for (var j = 0; j < len; j++) if (j in o) c[j] = o[j];
+  c.length = len;
+  return c;
+}
+// The native on a copy of o (its length read once), and for a method that changes its array,
+// the changes written back to o. (An Array it returns is a plain one: the copy has no species.)
+function viaCopy(k, f, o, args) {
+  var len = toLength(o.length), j, had, has;
+  if (len > CAP) throw tooLong(k);
+  var c = copyOf(o, len), m = MUTATES[k];
+  if (m === undefined) return apply(f, c, args);
+  var before = apply(nSlice, c, []), r = apply(f, c, args), n = c.length;
+  for (j = 0; j < n || j < len; j++) {
+    had = j in before; has = j in c;
+    if (has) { if (!had || !same(before[j], c[j])) o[j] = c[j]; } else if (had) delete o[j];
+  }
+  if (m === 2) o.length = n;
+  return r === c ? o : r;
+}
+function guard(k) {
+  var f = AP[k];
+  return withLength({ [k]() {
+    var o = this;
+    if (isArray(o) && !isProxy(o)) { if (o.length > CAP) throw tooLong(k); }  // (the common case, first)
+    else if (isObj(o)) {
+      if (!stable(o)) return viaCopy(k, f, o, arguments);
+      if (toLength(o.length) > CAP) throw tooLong(k);
+    } else if (typeof o === "string" && o.length > CAP) throw tooLong(k);
+    return apply(f, o, arguments);
+  } }[k], f.length);
+}
+// The spec's ArraySpeciesCreate(o, 0), or null for a plain new Array.
+function speciesCreate(o) {
+  if (!isArray(o) || (!isProxy(o) && getProto(o) === AP && !hasOwn(o, "constructor"))) return null;
+  var C = o.constructor;
+  if (isObj(C)) { C = C[SPECIES]; if (C === null) C = undefined; }
+  return C === undefined || C === Arr ? null : construct(C, [0]);
+}
+function createData(A, k, v) {
+  if (!defineProp(A, k, { value: v, writable: true, enumerable: true, configurable: true })) throw new TypeErr("cannot define property " + k);
+}
+// What concat copies of e: a fresh Array of its elements when it spreads, else [e]; room: how
+// many elements the call may still copy.
+function spreadOf(e, room) {
+  var n, s;
+  if (isObj(e)) {
+    if (plainArray(e)) { n = e.length; if (n > room) throw tooLong("concat"); return apply(nSlice, e, []); }
+    s = e[SPREAD];
+    if (s !== undefined ? s : isArray(e)) { n = toLength(e.length); if (n > room) throw tooLong("concat"); return copyOf(e, n); }
+  }
+  if (room < 1) throw tooLong("concat");
+  return [e];
+}
+// concat reads each argument's length after running chart code (getters of the elements before
+// it, of Symbol.isConcatSpreadable, of constructor): every argument is copied first, and the
+// native joins fresh Arrays only, behind `this` when that is a plain Array.
+var concatW = { concat(item) {
+  var self = this, A = null, pieces = [], total = 0, plain = plainArray(self), j, p, r;
+  if (!plain) { self = toObject(self); A = speciesCreate(self); p = pieces[0] = spreadOf(self, CAP); total = p.length; }
+  for (j = 0; j < arguments.length; j++) { p = pieces[pieces.length] = spreadOf(arguments[j], CAP - total); total += p.length; }
+  if (plain && plainArray(self)) {  // (the arguments may have run chart code: `this` is checked last)
+    if (total + self.length > CAP) throw tooLong("concat");
+    return apply(nConcat, self, pieces);
+  }
+  if (plain) {  // a getter of an argument changed `this`: it is copied like one, last
+    A = speciesCreate(self); p = spreadOf(self, CAP - total);
+    r = apply(nConcat, p, pieces);
+  } else r = apply(nConcat, pieces[0], apply(nSlice, pieces, [1]));
+  if (A === null) return r;
+  for (j = 0; j < r.length; j++) if (j in r) createData(A, j, r[j]);
+  A.length = r.length;
+  return A;
+} }.concat;
+// flat and flatMap read each nested array's length half-way: they are the spec's steps in JS.
+function flatten(out, plainOut, src, len, at, depth, fn, self) {
+  for (var j = 0; j < len; j++) {
+    if (!(j in src)) continue;
+    var e = src[j];
+    if (fn !== undefined) e = apply(fn, self, [e, j, src]);
+    if (depth > 0 && isArray(e)) { at = flatten(out, plainOut, e, toLength(e.length), at, depth - 1); continue; }
+    if (at >= MAXLEN) throw new TypeErr("the array is too long");
+    if (plainOut) out[at] = e; else createData(out, at, e);
+    at++;
+  }
+  return at;
+}
+var flatW = { flat() {
+  var o = toObject(this), len = toLength(o.length), d = arguments[0], A;
+  d = d === undefined ? 1 : toInteger(d);
+  A = speciesCreate(o);
+  var out = A === null ? [] : A;
+  flatten(out, A === null, o, len, 0, d < 0 ? 0 : d);
+  return out;
+} }.flat;
+var flatMapW = { flatMap(fn) {
+  var o = toObject(this), len = toLength(o.length), A;
+  if (typeof fn !== "function") throw new TypeErr("flatMap: " + typeof fn + " is not a function");
+  A = speciesCreate(o);
+  var out = A === null ? [] : A;
+  flatten(out, A === null, o, len, 0, 1, fn, arguments[1]);
+  return out;
+} }.flatMap;
+for (i = 0; i < UNPOLLED.length; i++) {
+  var k = UNPOLLED[i];
+  if (typeof AP[k] === "function") defProp(AP, k, { writable: true, configurable: true, value: k === "concat" ?
+    withLength(concatW, 1) : k === "flat" ? withLength(flatW, 0) : k === "flatMap" ? flatMapW : guard(k) });
+}
+// String.raw and the replacer list of JSON.stringify loop over an array-like's length.
+defProp(String, "raw", { writable: true, configurable: true, value: { raw(template) {
+  var r = toObject(toObject(template).raw), len = toLength(r.length), s = "";
+  for (var j = 0; j < len; j++) {
+    s += `${r[j]}`;
+    if (j + 1 < len && j + 1 < arguments.length) s += `${arguments[j + 1]}`;
+  }
+  return s;
+} }.raw });
+defProp(JSON, "stringify", { writable: true, configurable: true, value: { stringify(value, replacer, space) {
+  if (isObj(replacer) && typeof replacer !== "function" && isArray(replacer)) {
+    var len = toLength(replacer.length), keep = [], v;
+    for (var j = 0; j < len; j++) { v = replacer[j]; if (typeof v === "string" || typeof v === "number" || isObj(v)) keep[keep.length] = v; }
+    replacer = keep;
+  }
+  return stringify(value, replacer, space);
+} }.stringify });
+// An iterator stepped through functions of ours: QuickJS calls a native next (an Array's
+// iterator over a sparse array, say) directly, without polling.
+function stepper(it) {
+  if (!isObj(it)) throw new TypeErr("not an object");
+  var next = it.next, w = create(IP);
+  defProp(w, "next", { value: function () { return apply(next, it, []); } });
+  defProp(w, "return", { value: function () {
+    var m = it.return;
+    return m === undefined || m === null ? { value: undefined, done: true } : apply(m, it, []);
+  } });
+  return w;
+}
+function wrapIterator(k) {
+  var f = IP[k];
+  if (typeof f === "function") defProp(IP, k, { writable: true, configurable: true,
+    value: withLength({ [k]() { return apply(f, stepper(this), arguments); } }[k], f.length) });
+}
+wrapIterator("drop"); wrapIterator("includes"); wrapIterator("join");
+// What the Set methods read of a set-like, read once; its has and keys called through ours.
+function setLike(o) {
+  if (!isObj(o)) return o;  // (the native says why not)
+  var rec = create(null), size = o.size, has, keys;
+  rec.size = +size;
+  has = o.has; keys = o.keys;
+  rec.has = typeof has === "function" ? function (v) { return apply(has, o, [v]); } : has;
+  rec.keys = typeof keys === "function" ? function () { var it = apply(keys, o, []); return isObj(it) ? stepper(it) : it; } : keys;
+  return rec;
+}
+function wrapSet(k) {
+  var f = SP[k];
+  if (typeof f === "function") defProp(SP, k, { writable: true, configurable: true, value: withLength({ [k](other) {
+    apply(setHas, this, [undefined]);  // the native's first check: `this` is a Set
+    return apply(f, this, [setLike(other)]);
+  } }[k], f.length) });
+}
+["union", "intersection", "difference", "symmetricDifference", "isSubsetOf", "isSupersetOf", "isDisjointFrom"].forEach(wrapSet);
 function Refusal(msg) { this.msg = msg; }
 function prop(o, k) {
   for (var n = 0; o !== null && n < 64; o = getProto(o), n++) { var d = getDesc(o, k); if (d) return d.value; }
