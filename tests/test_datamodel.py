@@ -564,3 +564,19 @@ del d</script></transition>
         tup = (tup,)
     pos, _ = run(body, sb.Event("go", data=tup))
     assert pos.datamodel["r"] == "go" and "nests too deeply" in pos.datamodel["err"]
+
+
+def test_chart_code_cannot_change_the_callers_start_data():
+    """Start data was handed to the chart as a shallow dict(data): a <script> appending to a
+    list the caller passed changed the caller's list, and a second start with the same data
+    started from something else."""
+    c = sb.Chart.from_scxml(
+        '<scxml xmlns="http://www.w3.org/2005/07/scxml" version="1.0" datamodel="python" initial="s">'
+        '<datamodel><data id="items" expr="[]"/></datamodel><state id="s"><onentry>'
+        '<script>items.append(1)\nitems[1]["a"].append(2)</script></onentry></state></scxml>')
+    mine = {"items": [0, {"a": [1]}, [3, [4]]]}
+    it = sb.Interpreter(c)
+    first, _ = it.start("x", data=mine)
+    second, _ = it.start("x", data=mine)
+    assert mine == {"items": [0, {"a": [1]}, [3, [4]]]}
+    assert first.datamodel["items"] == second.datamodel["items"] == [0, {"a": [1, 2]}, [3, [4]], 1]

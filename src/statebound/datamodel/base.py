@@ -20,7 +20,7 @@ from ..exceptions import EvaluationError, SerializationError
 from .budget import Budget
 
 __all__ = ["Datamodel", "Context", "EventView", "AttrDict", "SYSTEM_VARIABLES", "pack_vars",
-           "unpack_vars", "check_serializable", "check_stored", "datamodel_for", "MAX_NESTING", "too_deep"]
+           "unpack_vars", "check_serializable", "check_stored", "datamodel_for", "MAX_NESTING", "too_deep", "copy_value"]
 
 #: Names an expression can read but never assign.
 SYSTEM_VARIABLES = frozenset({"_event", "_sessionid", "_name", "_ioprocessors", "_x", "In"})
@@ -64,14 +64,25 @@ def _owned(value: Any) -> Any:
                 break
         else:
             return AttrDict(value)
+    return copy_value(value, AttrDict, "the event's data")
+
+
+def copy_value(value: Any, mapping: type = dict, what: str = "the value") -> Any:
+    """A deep copy of ``value`` that shares nothing chart code could change with it (see
+    :func:`_owned`); a top-level dict comes back as a ``mapping``.
+
+    :raises EvaluationError: it nests deeper than Python's stack allows (through tuples).
+    """
+    if type(value) in _IMMUTABLE:
+        return value
     try:
-        return _tree(value, {}, 0, AttrDict)
+        return _tree(value, {}, 0, mapping)
     except _NotATree:
         pass
     try:
-        return _Copier().copy(value, top=True)
+        return _Copier().copy(value, top=mapping is not dict)
     except RecursionError:
-        raise EvaluationError("the event's data nests too deeply to be copied for the chart") from None
+        raise EvaluationError(f"{what} nests too deeply to be copied for the chart") from None
 
 
 class _NotATree(Exception):

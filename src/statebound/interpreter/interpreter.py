@@ -12,7 +12,7 @@ from types import MappingProxyType
 from typing import Any
 
 from ..chart.model import Chart
-from ..datamodel.base import (SYSTEM_VARIABLES, check_serializable, check_stored, datamodel_for, pack_vars,
+from ..datamodel.base import (SYSTEM_VARIABLES, check_serializable, check_stored, copy_value, datamodel_for, pack_vars,
                               unpack_vars)
 from ..datamodel.budget import DEFAULT_CPU_MS, DEFAULT_MEMORY_BYTES, ITEM_BYTES, Budget, BudgetSpent
 from ..effects import BudgetExhausted, Effect
@@ -54,7 +54,11 @@ def _check_start_data(data: Mapping[str, Any] | None, datamodel: str,
         why = check_stored(datamodel, dict(data))
     if why is not None:  # e.g. bytes for an ecmascript chart: its first drive would fail on them
         raise SerializationError(f"start data does not fit the {datamodel} datamodel: {why}")
-    return dict(data)
+    # the chart's own copy: its code may change what it was given, never the caller's objects
+    try:
+        return {k: copy_value(v, what=f"start data {k!r}") for k, v in data.items()}
+    except EvaluationError as exc:
+        raise SerializationError(str(exc)) from None
 
 
 def _storable(name: str, value: Any) -> bool:
