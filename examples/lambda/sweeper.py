@@ -51,7 +51,7 @@ def handle(event: dict[str, Any], context: Any) -> dict[str, Any]:
                          jitter=float(os.environ.get("SWEEP_JITTER", "0.2")),
                          batch=int(os.environ.get("SWEEP_BATCH", "100")),
                          node_id=getattr(context, "aws_request_id", None))
-    recorder: SweepMetrics = getattr(host, "sweep_metrics", None) or SweepMetrics()
+    recorder: SweepMetrics = getattr(host, "sweep_metrics", None) or SweepMetrics(host.metrics)
     recorder.totals.clear()
     totals: dict[str, Any] = {"sweeps": 0, "fired": 0, "delivered": 0, "discarded": 0, "stale": 0, "failed": 0,
                               "skipped": 0, "max_lag_ms": 0}

@@ -132,30 +132,49 @@ class ObservedStore(DynamoStore):
 
 
 class SweepMetrics:
-    """Counts what fires did, and flushes them as one EMF document per sweep."""
+    """Counts what fires did, and flushes them as one EMF document per sweep.
+
+    ``Dead`` and ``Conflicts`` are not in a fire's result: they are how far the host's own
+    counters (``host.metrics``) moved since the last flush. Measured around each fire, they
+    were counted twice when a fire's commit handed an outbox row over (a fire inside a fire),
+    and took other threads' fires for this one's.
+    """
 
     COUNTS = ("Fired", "Delivered", "Discarded", "Stale", "Failed", "Dead", "Conflicts")
     #: What a request function reports: the outbox rows it handed over right after its commits.
     OUTBOX = ("Delivered", "Failed", "Dead")
+    #: The host counters behind the counts a fire's result does not carry.
+    FROM_HOST = {"Dead": "dead", "Conflicts": "conflicts"}
 
-    def __init__(self) -> None:
+    def __init__(self, host_counters: Any = None) -> None:
         self.counts: Counter[str] = Counter()
         self.lags: list[int] = []
         self.totals: Counter[str] = Counter()   # over the invocation, for its return value
+        self.host_counters = host_counters
+        self._seen = self._host_now()
 
-    def record(self, result: FireResult, *, dead: int, conflicts: int) -> None:
-        """Fold in one fire (``dead``/``conflicts``: how much the host's counters moved)."""
+    def _host_now(self) -> dict[str, int]:
+        source = self.host_counters if self.host_counters is not None else {}
+        return {name: int(source.get(key, 0)) for name, key in self.FROM_HOST.items()}
+
+    def _take_host_counts(self) -> None:
+        now = self._host_now()
+        for name, value in now.items():
+            self.counts[name] += value - self._seen[name]
+        self._seen = now
+
+    def record(self, result: FireResult) -> None:
+        """Fold in one fire."""
         outcome = result.outcome.capitalize()
         if outcome in self.COUNTS:
             self.counts[outcome] += 1
-        self.counts["Dead"] += dead
-        self.counts["Conflicts"] += conflicts
         if result.outcome == "fired":
             self.lags.append(result.lag_ms)
             metrics.add_metric(name="TimerLag", unit=MetricUnit.Milliseconds, value=result.lag_ms)
 
     def flush(self, *, sweeps: int = 0) -> bool:
         """Emit what was recorded since the last flush (nothing if nothing happened)."""
+        self._take_host_counts()
         if not (sum(self.counts.values()) or self.lags or sweeps):
             return False
         for name in self.COUNTS:
@@ -176,6 +195,7 @@ class SweepMetrics:
     def flush_outbox(self) -> bool:
         """A request function's flush, at the end of an invocation: only the outbox counts
         that moved, so an API that sends nothing emits no metric (and costs none)."""
+        self._take_host_counts()
         moved = {name: self.counts[name] for name in self.OUTBOX if self.counts[name]}
         self.counts.clear()
         self.lags.clear()
@@ -202,11 +222,10 @@ class ObservedHost(sb.Host):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.sweep_metrics = SweepMetrics()
+        self.sweep_metrics = SweepMetrics(self.metrics)
 
     def fire(self, row: TimerRow, *, node_id: str | None = None) -> FireResult:
         """:meth:`Host.fire`, inside a log scope naming the timer, then counted."""
-        dead, conflicts = self.metrics.get("dead", 0), self.metrics["conflicts"]
         # a timer row carries its event as "name", an outbox send row as "event"
         event = row.event.get("name") or row.event.get("event") or row.event.get("invokeid")
         what = "timer" if row.kind == "timer" else f"outbox {row.kind}"
@@ -222,6 +241,5 @@ class ObservedHost(sb.Host):
             logger.remove_keys(["chart", "revision"])
         if outer:   # fired inside a request (an outbox row right after its commit)
             logger.append_keys(**outer)
-        self.sweep_metrics.record(result, dead=self.metrics.get("dead", 0) - dead,
-                                  conflicts=self.metrics["conflicts"] - conflicts)
+        self.sweep_metrics.record(result)
         return result

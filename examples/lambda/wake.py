@@ -30,7 +30,7 @@ def handle(event: dict[str, Any], context: Any) -> dict[str, Any]:
     host = get_host()
     sweeper = sb.Sweeper(host, node_id=getattr(context, "aws_request_id", None),
                          workers=int(os.environ.get("WAKE_WORKERS", "1")))
-    recorder: SweepMetrics = getattr(host, "sweep_metrics", None) or SweepMetrics()
+    recorder: SweepMetrics = getattr(host, "sweep_metrics", None) or SweepMetrics(host.metrics)
     try:
         return handle_wakeup_event(event, sweeper)
     finally:

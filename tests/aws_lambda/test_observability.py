@@ -221,3 +221,30 @@ def test_charts_dir_layout_is_what_the_docs_say():
     assert sorted(p.relative_to(LAMBDA_DIR).as_posix() for p in (LAMBDA_DIR / "charts").rglob("*.scxml")) == [
         "charts/order/v1.scxml", "charts/order/v2.scxml", "charts/order/v3.scxml"]
     assert Path(LAMBDA_DIR / "charts" / "order").is_dir()
+
+
+def test_a_row_parked_dead_inside_a_fire_is_counted_once(lam, capsys, tmp_path):
+    """The grace timer's fire commits a send (a revision that tells the queue the order was
+    cancelled); the send is handed over inside that fire and SQS refuses it for good. One
+    row is dead, but Dead was measured around each fire, the inner one's inside the outer's:
+    EMF and the sweep's return said 2."""
+    charts = deployment(tmp_path / "v4", "v3")
+    v3 = (charts / "order" / "v3.scxml").read_text()
+    v4 = v3.replace('<log label="order" expr="\'grace period over\'"/>',
+                    '<log label="order" expr="\'grace period over\'"/>\n'
+                    '      <send type="sqs" id="cancelled" event="order.cancelled">'
+                    '<param name="order_id" expr="_sessionid"/></send>')
+    assert v4 != v3
+    (charts / "order" / "v4.scxml").write_text(v4)
+    lam.rebuild(charts)
+    lam.call("POST", "/instances/o1", {"chart": "order", "data": {"payment_timeout": "1s", "grace_period": "1s"}})
+    lam.call("POST", "/instances/o1/events", {"event": "StartPayment"})
+    lam.clock.advance(1_000)
+    lam.sweep(8_000, 2_000)                                  # PaymentTimeout
+    lam.sqs.delete_queue(QueueUrl=lam.confirmations)         # the send now fails for good
+    capsys.readouterr()
+    lam.clock.advance(1_000)
+    report = lam.sweep(8_000, 2_000)                         # GraceExpired, and its send, dead
+    docs = emf_documents(capsys.readouterr().out)
+    assert [(r.instance_id, r.kind) for r in lam.host.dead_timers()] == [("o1", "send")]
+    assert report["dead"] == 1 and totals(docs, "Dead") == 1
