@@ -59,8 +59,9 @@ _GENERIC = {409: "the instance changed concurrently; retry", 413: "the instance 
 #: Longest instance id accepted, in UTF-8 bytes: what the table can key (below DynamoDB's
 #: 1,024-byte sort-key limit, since the dead index's sort key is the id plus a suffix).
 MAX_ID_BYTES = MAX_INSTANCE_ID_BYTES
-#: A caller's X-Correlation-Id is used only if it looks like an id (it goes into every log line).
-_CORRELATION_ID = re.compile(r"[A-Za-z0-9._:/=+@-]{1,128}")
+#: A caller's X-Correlation-Id (or an SQS record's correlation_id attribute) is used only if
+#: it looks like an id (it goes into every log line).
+CORRELATION_ID = re.compile(r"[A-Za-z0-9._:/=+@-]{1,128}")
 #: An Idempotency-Key: printable ASCII, as many characters as the host keeps per key.
 _IDEMPOTENCY_KEY = re.compile(r"[\x20-\x7e]{1,256}")
 
@@ -192,7 +193,7 @@ def idempotency_key(event: dict[str, Any]) -> str | None:
 
 def _correlation_id(event: dict[str, Any]) -> str | None:
     given = _headers(event).get("x-correlation-id", "")
-    if _CORRELATION_ID.fullmatch(given):
+    if CORRELATION_ID.fullmatch(given):
         return given
     return (event.get("requestContext") or {}).get("requestId")
 

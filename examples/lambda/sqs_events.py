@@ -62,7 +62,7 @@ import statebound as sb
 from statebound import jsonio
 
 from app import OwnEvent, flush_outbox_metrics, get_host, refuse_own_event
-from handler import BadRequest, check_instance_id, from_aws
+from handler import CORRELATION_ID, BadRequest, check_instance_id, from_aws
 from telemetry import logger, scope
 
 __all__ = ["handle", "permanent", "PERMANENT", "BadRecord"]
@@ -122,20 +122,27 @@ def _parse(record: dict[str, Any]) -> tuple[str, sb.Event, str]:
     return instance_id, sb.Event(name, body.get("data")), key
 
 
-def _apply(record: dict[str, Any]) -> None:
-    instance_id, event, key = _parse(record)
-    cid = _attribute(record, "correlation_id") or record["messageId"]
-    with scope(instance_id=instance_id, event=event.name, correlation_id=cid, idempotency_key=key):
-        host = get_host()
-        try:
-            refuse_own_event(host, event.name)
-        except OwnEvent as exc:
-            raise BadRecord(str(exc)) from None
-        repeats = host.metrics.get("duplicates", 0)
-        pos = host.send(instance_id, event, caller_context={"correlation_id": cid}, idempotency_key=key)
-        repeated = host.metrics.get("duplicates", 0) > repeats
-        logger.info("repeated event: nothing applied" if repeated else "event processed",
-                    extra={"configuration": sorted(pos.configuration), "status": pos.status})
+def _correlation_id(record: dict[str, Any]) -> str:
+    """The producer's ``correlation_id`` attribute if it looks like an id (it goes into every
+    log line and onto the timers the event arms, as the HTTP header does), else the message id."""
+    cid = _attribute(record, "correlation_id")
+    return cid if cid is not None and CORRELATION_ID.fullmatch(cid) else record["messageId"]
+
+
+def _apply(parsed: tuple[str, sb.Event, str], cid: str) -> None:
+    """Send one parsed record's event (its log keys are set by :func:`handle`, so that its
+    refusal lines carry them too)."""
+    instance_id, event, key = parsed
+    host = get_host()
+    try:
+        refuse_own_event(host, event.name)
+    except OwnEvent as exc:
+        raise BadRecord(str(exc)) from None
+    repeats = host.metrics.get("duplicates", 0)
+    pos = host.send(instance_id, event, caller_context={"correlation_id": cid}, idempotency_key=key)
+    repeated = host.metrics.get("duplicates", 0) > repeats
+    logger.info("repeated event: nothing applied" if repeated else "event processed",
+                extra={"configuration": sorted(pos.configuration), "status": pos.status})
 
 
 def _dead_letter(record: dict[str, Any], exc: BaseException) -> bool:
@@ -185,9 +192,23 @@ def handle(event: dict[str, Any], context: Any) -> dict[str, Any]:
     counts = {"applied": 0, "retried": 0, "dead_lettered": 0}
     for record in records:
         message_id = record["messageId"]
-        with scope(message_id=message_id):
+        cid = _correlation_id(record)
+        keys: dict[str, Any] = {"message_id": message_id, "correlation_id": cid}
+        parsed: tuple[str, sb.Event, str] | None = None
+        refused: BadRecord | None = None
+        try:
+            parsed = _parse(record)
+            keys.update(instance_id=parsed[0], event=parsed[1].name, idempotency_key=parsed[2])
+        except BadRecord as exc:
+            refused = exc
+        # one scope per record, refusal lines included; and none of its keys (the chart and
+        # revision the store adds when it loads the instance) may reach the next record's lines
+        with scope(**keys):
             try:
-                _apply(record)
+                if parsed is None:
+                    assert refused is not None
+                    raise refused
+                _apply(parsed, cid)
                 counts["applied"] += 1
                 continue
             except Exception as exc:
@@ -200,6 +221,8 @@ def handle(event: dict[str, Any], context: Any) -> dict[str, Any]:
                 else:
                     logger.exception("record failed; SQS will deliver it again",
                                      extra={"error_type": type(exc).__name__})
+            finally:
+                logger.remove_keys(["chart", "revision"])
             failures.append({"itemIdentifier": message_id})
             counts["retried"] += 1
     logger.info("batch done", extra={"records": len(records), **counts})

@@ -231,3 +231,25 @@ def test_a_record_that_keeps_failing_reaches_the_dead_letters_through_the_redriv
 def test_not_an_sqs_event_fails_the_invocation(lam):
     with pytest.raises(ValueError, match="not an SQS event"):
         lam.sqs_events.handle({"source": "aws.events"}, LambdaContext())
+
+
+def test_each_record_logs_with_its_own_keys_and_a_sane_correlation_id(lam, capsys):
+    """One batch: a record for o-1, one for a missing instance, one whose body is no JSON.
+    The refusals used to carry o-1's chart and revision (the store's keys outlived the
+    record) and no instance or correlation id of their own, since they were logged after
+    the record's scope; a correlation_id attribute was logged as it came, escapes and all."""
+    from .harness import log_lines
+    start(lam, "o-1")
+    send(lam, {"instance_id": "o-1", "event": "StartPayment"}, correlation_id="corr-A")
+    ghost = send(lam, {"instance_id": "ghost", "event": "StartPayment"}, correlation_id="corr-B")
+    bad = send(lam, "not json", correlation_id="c\n\x1b[2Jx")
+    capsys.readouterr()
+    poll(lam)
+    lines = log_lines(capsys.readouterr().out)
+    refused = {d["message_id"]: d for d in lines if d.get("message") == "record refused"}
+    assert set(refused) == {ghost, bad}
+    assert refused[ghost]["instance_id"] == "ghost" and refused[ghost]["correlation_id"] == "corr-B"
+    assert refused[bad]["correlation_id"] == bad          # not the forged value: the message id
+    for d in [*refused.values(), *(d for d in lines if d.get("message") == "batch done")]:
+        assert "chart" not in d and "revision" not in d, d
+    assert not any("\x1b" in json.dumps(d, ensure_ascii=False) for d in lines)
