@@ -813,3 +813,9 @@ def test_a_row_that_cannot_be_read_is_parked_dead_and_the_claim_goes_on(db_path,
     assert "cannot be read" in error and f"timer {column}" in error
     assert "('b', 1)" in caplog.text
     assert sb.Sweeper(host, batch=10).run_once().total == 0   # never claimed again
+    # and the operator still sees it, to revive or delete it
+    [dead] = host.store.dead_timers()
+    assert (dead.key, dead.state, dead.event) == (("b", 1), DEAD, {}) and "cannot be read" in dead.last_error
+    assert [r.key for r in host.pending_timers("b")] == [("b", 1)] and host.store.get_timer(("b", 1)).state == DEAD
+    host.delete("b")
+    assert host.store.dead_timers() == []

@@ -491,6 +491,9 @@ def test_a_due_item_that_cannot_be_read_is_parked_dead_and_the_sweep_goes_on(moc
     assert item["state"]["S"] == DEAD and "cannot be read" in item["last_error"]["S"]
     assert "cannot be read" in caplog.text
     assert dstore.claim_due(T0 + 1, 10, "n2", MINUTE) == []   # a and c are claimed; b is gone
+    [dead] = dstore.dead_timers()                             # and an operator still sees it
+    assert (dead.key, dead.state, dead.event) == (("b", 1), DEAD, {}) and "cannot be read" in dead.last_error
+    assert [r.key for r in dstore.pending_timers("b")] == [("b", 1)] and dstore.get_timer(("b", 1)).state == DEAD
 
 
 def test_owned_shards_restrict_the_sweep(mock_client, table):

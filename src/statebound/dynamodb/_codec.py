@@ -62,7 +62,7 @@ __all__ = [
     "POSITION_SK", "TIMER_PREFIX", "INSTANCE_SKS", "MAX_INSTANCE_ID_BYTES", "check_id", "DUE_INDEX",
     "DEAD_INDEX", "LEGACY_DEAD_PARTITION", "LEGACY_CURSOR_PREFIX", "LEGACY_CURSOR_SK", "timer_sk", "shard_of", "due_partition", "dead_partition",
     "is_legacy_due_partition", "dead_sort_key", "position_item",
-    "record_from_item", "timer_item", "row_from_item", "index_attributes",
+    "record_from_item", "timer_item", "row_from_item", "listed_row", "index_attributes",
     "item_size", "attr_size", "pack", "unpack", "S", "N", "B",
 ]
 
@@ -279,6 +279,28 @@ def row_from_item(item: dict[str, Any]) -> TimerRow:
             kind=item["kind"]["S"] if "kind" in item else TIMER, **kwargs)
     except (KeyError, TypeError, ValueError) as exc:
         raise StoreError(f"timer item {item.get('pk')}/{item.get('sk')} is malformed: {exc!r}") from exc
+
+
+def listed_row(item: dict[str, Any]) -> TimerRow:
+    """:func:`row_from_item` for a listing or a lookup: an item whose event, dedup or caller
+    context cannot be decoded (parked dead by the sweep that found it) still shows, with an
+    empty event and the reason in ``last_error``, so an operator can list, revive or delete it.
+
+    :raises StoreError: not even its key and state can be read.
+    """
+    try:
+        return row_from_item(item)
+    except StoreError as exc:
+        try:
+            key = (item["pk"]["S"], int(item["ordinal"]["N"]))
+            return TimerRow(
+                instance_id=key[0], ordinal=key[1], target_id=item.get("target_id", {}).get("S", key[0]),
+                due_at_ms=int(item.get("due_at_ms", {}).get("N", 0)), send_id=item.get("send_id", {}).get("S", ""),
+                event={}, state=item["state"]["S"], attempts=int(item.get("attempts", {"N": "0"})["N"]),
+                last_error=item.get("last_error", {}).get("S") or f"the stored row cannot be read: {exc}",
+                kind=item["kind"]["S"] if "kind" in item else TIMER)
+        except (KeyError, TypeError, ValueError):
+            raise exc from None
 
 
 # --------------------------------------------------------------------------- sizes

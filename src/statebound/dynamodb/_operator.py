@@ -126,7 +126,7 @@ def due_timers(self: DynamoStore, due_before_ms: int, limit: int = 1_000) -> Seq
 def _visible(self: DynamoStore, item: dict[str, Any]) -> TimerRow | None:
     """An index item as a row, with this store's soft claim shown; ``None`` for a row this
     store has just completed (the index lags the table)."""
-    row = self._sweep.overlay(codec.row_from_item(item))
+    row = self._sweep.overlay(codec.listed_row(item))
     if row.state == PENDING and self._sweep.hidden(row.key, None):   # not soft-claimed, so: completed here
         return None
     return row if row.state in (PENDING, CLAIMED) else None

@@ -396,7 +396,12 @@ class Sweep:
                     ExpressionAttributeValues={":p": S(codec.due_partition(shard)), ":lo": N(after_ms + 1),
                                                ":hi": N(until_ms)},
                     Limit=min(limit, 1_000)):
-                row = codec.row_from_item(item)
+                try:
+                    row = codec.row_from_item(item)
+                except StoreUnavailable:
+                    raise
+                except StoreError:
+                    continue   # unreadable: the sweep that meets it parks it dead; arm nothing
                 if row.state in (PENDING, CLAIMED) and not self.hidden(row.key, None):
                     rows.append(row)
                     got += 1
@@ -479,7 +484,7 @@ class Sweep:
                                           ExpressionAttributeNames={"#dead_pk": "dead_pk"},
                                           ExpressionAttributeValues={":dead": S(partition)},
                                           Limit=limit):
-                row = codec.row_from_item(item)
+                row = codec.listed_row(item)
                 if row.state == DEAD:
                     out.append(row)
                     got += 1

@@ -625,7 +625,7 @@ class DynamoStore:
     def pending_timers(self, instance_id: str) -> list[TimerRow]:
         """The instance's rows that are not done (pending, claimed or dead), by ordinal."""
         codec.check_id(instance_id)
-        rows = [codec.row_from_item(item) for item in self._pages(
+        rows = [codec.listed_row(item) for item in self._pages(
             "query", ConsistentRead=True,
             KeyConditionExpression="#pk = :pk AND begins_with(#sk, :timers)",
             FilterExpression="#state <> :done",
@@ -650,4 +650,4 @@ class DynamoStore:
         response = self._call("get_item", TableName=self.table_name, Key=self._timer_key(key),
                               ConsistentRead=True)
         item = response.get("Item")
-        return None if item is None else self._sweep.overlay(codec.row_from_item(item))
+        return None if item is None else self._sweep.overlay(codec.listed_row(item))

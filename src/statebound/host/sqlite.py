@@ -446,6 +446,18 @@ def _row_to_timer(r: Sequence[Any], claim: tuple[str, int] | None = None) -> Tim
                           r[11], claimed_by, expires, r[14], r[15], r[16], r[17] or TIMER)
 
 
+def _listed(r: Sequence[Any]) -> TimerRow:
+    """A stored row for a listing or a lookup. One whose event, dedup or caller context cannot
+    be decoded (parked dead by the claim that found it) still shows, with an empty event and
+    the reason in ``last_error``: an operator must be able to list, and delete or revive, it."""
+    try:
+        return _row_to_timer(r)
+    except StoreError as exc:
+        why = r[14] or f"the stored row cannot be read: {exc}"
+        return make_timer_row(r[0], r[1], r[2], r[3], r[4], {}, r[6], {}, None, r[9], r[10], r[11], r[12], r[13],
+                              why, r[15], r[16], r[17] or TIMER)
+
+
 #: Decoded dedup fields by their bytes (copied out: a row's dict is its own). Rows of one
 #: chart share a few shapes; only maps of immutable scalars are kept.
 _DEDUP_SEEN: dict[bytes, dict[str, Any]] = {}
@@ -1089,7 +1101,7 @@ class SQLiteStore:
             rows = self._execute(
                 f"SELECT {_TIMER_COLS} FROM timers WHERE instance_id = ? AND state != '{DONE}' "
                 "ORDER BY ordinal", (instance_id,)).fetchall()
-        return [_row_to_timer(r) for r in rows]
+        return [_listed(r) for r in rows]
 
     def dead_timers(self, limit: int = 100) -> Sequence[TimerRow]:
         """Up to ``limit`` rows parked as dead, by key."""
@@ -1099,7 +1111,7 @@ class SQLiteStore:
             rows = self._execute(
                 f"SELECT {_TIMER_COLS} FROM timers WHERE state = '{DEAD}' "
                 "ORDER BY instance_id, ordinal LIMIT ?", (limit,)).fetchall()
-        return [_row_to_timer(r) for r in rows]
+        return [_listed(r) for r in rows]
 
     def due_timers(self, due_before_ms: int, limit: int = 1_000) -> Sequence[TimerRow]:
         """Pending or claimed rows ready by ``due_before_ms``, earliest first: the
@@ -1108,7 +1120,7 @@ class SQLiteStore:
             return []
         with self._read():
             rows = self._execute(_SQL_DUE_SELECT, (due_before_ms, limit, due_before_ms, limit, limit)).fetchall()
-        return [_row_to_timer(r) for r in rows]
+        return [_listed(r) for r in rows]
 
     def retry_timer(self, key: TimerKey, now_ms: int) -> bool:
         """Revive a dead row: pending, attempts reset, due at ``now_ms``. Returns whether a
@@ -1124,7 +1136,7 @@ class SQLiteStore:
         with self._read():
             r = self._execute(f"SELECT {_TIMER_COLS} FROM timers WHERE instance_id = ? AND "
                               "ordinal = ?", key).fetchone()
-        return None if r is None else _row_to_timer(r)
+        return None if r is None else _listed(r)
 
 
     def purge_done(self, due_before_ms: int, limit: int = 10_000) -> int:
