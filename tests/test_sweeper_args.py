@@ -60,3 +60,34 @@ def test_sweep_command_refuses_them_with_a_usage_error(argv, tmp_path, capsys):
     out, err = capsys.readouterr()
     assert code == 2, err
     assert out == "" and err.startswith("statebound: error: Sweeper ") and err.count("\n") == 1
+
+
+@pytest.mark.parametrize("lease_s", [0.0001, 0.0009])
+def test_a_lease_shorter_than_a_millisecond_is_refused(lease_s):
+    """It became a 0 ms lease, which lapses as it is taken: another sweeper could claim, and
+    hand over, the same outbox row at once."""
+    host = sb.Host([], store=sb.MemoryStore())
+    with pytest.raises(sb.InvalidArgument, match="lease_s"):
+        sb.Sweeper(host, lease_s=lease_s)
+    assert sb.Sweeper(host, lease_s=0.001).lease_ms == 1
+
+
+def test_run_until_idle_stops_between_sweeps_when_asked():
+    """The CLI's sweep --until-idle had no graceful stop: a signal interrupted a batch."""
+    chart = sb.Chart.from_scxml(
+        '<scxml xmlns="http://www.w3.org/2005/07/scxml" version="1.0" datamodel="python" name="t" '
+        'initial="s"><state id="s"><onentry><send event="tick" delay="1ms"/></onentry>'
+        '<transition event="tick"/></state></scxml>')
+    clock = sb.ManualClock(0)
+    host = sb.Host([chart], store=sb.MemoryStore(), clock=clock)
+    for i in range(5):
+        host.start("t", f"t{i}")
+    clock.advance(10)
+    asked: list[int] = []
+
+    def stop() -> bool:   # asked before every sweep: true on the third ask
+        asked.append(1)
+        return len(asked) > 2
+    report = sb.Sweeper(host, batch=2).run_until_idle(stop=stop)
+    assert report.fired == 4 and len(asked) == 3      # two sweeps of two, then the stop
+    assert sb.Sweeper(host, batch=2).run_until_idle().fired == 1

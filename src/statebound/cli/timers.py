@@ -1,8 +1,8 @@
 """Timer commands: ``timers`` (of one instance, due in a window, or dead), ``redrive``,
 ``sweep`` and ``purge``.
 
-``sweep`` without ``--once`` or ``--until-idle`` runs until SIGTERM or Ctrl-C (SIGINT), which
-stop it after the sweep in flight, so every row it claimed is fired or released, not left
+``sweep`` without ``--once`` runs until SIGTERM or Ctrl-C (SIGINT) (with ``--until-idle``, until
+nothing is due or one of those), which stop it after the sweep in flight, so every row it claimed is fired or released, not left
 for its lease to run out; it then prints its totals and exits 0. A second Ctrl-C interrupts
 at once (exit 130).
 """
@@ -155,7 +155,9 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         if args.once:
             rep = sweeper.run_once()
         elif args.until_idle:
-            rep = sweeper.run_until_idle()
+            stop_idle = threading.Event()
+            with _stop_on_signals(stop_idle):   # as below: a signal ends it between sweeps
+                rep = sweeper.run_until_idle(stop=stop_idle)
         else:
             stop = threading.Event()
             code = 0

@@ -152,6 +152,10 @@ class Sweeper:
             node_id = f"{socket.gethostname()}:{os.getpid()}:{random.getrandbits(32):08x}"
         self.node_id = node_id
         self.lease_ms = int(lease_s * 1000)
+        if self.lease_ms < 1:
+            # a 0 ms lease lapses as it is taken: another sweeper could claim, and hand over,
+            # the same outbox row at once
+            raise InvalidArgument(f"Sweeper lease_s must be at least 0.001 (one millisecond), not {lease_s!r}")
         self.workers = workers
         self.wakeups = wakeups
         self.metrics = SweeperMetrics()
@@ -250,10 +254,15 @@ class Sweeper:
         if pool is not None:
             pool.shutdown(wait=True)
 
-    def run_until_idle(self, max_sweeps: int = 10_000) -> SweepReport:
-        """Sweep until nothing is due now; returns the totals."""
+    def run_until_idle(self, max_sweeps: int = 10_000,
+                       stop: threading.Event | Callable[[], bool] | None = None) -> SweepReport:
+        """Sweep until nothing is due now, or until ``stop`` is set (an Event) or returns
+        true (a callable), checked between sweeps as :meth:`run_forever` does; returns the
+        totals."""
         reports = []
         for _ in range(max_sweeps):
+            if stop is not None and (stop.is_set() if isinstance(stop, threading.Event) else stop()):
+                break
             r = self.run_once()
             reports.append(r)
             if r.total == 0:
