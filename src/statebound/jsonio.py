@@ -19,7 +19,7 @@ from typing import Any
 
 from .exceptions import InvalidJSON
 
-__all__ = ["loads", "dumps", "MAX_DEPTH"]
+__all__ = ["loads", "dumps", "MAX_DEPTH", "nests_deeper"]
 
 #: How deeply arrays and objects may nest in a document :func:`loads` accepts. The stdlib
 #: parser goes to about 1,000 levels, but code after it (writing the answer, fingerprinting an
@@ -51,23 +51,32 @@ def loads(text: str | bytes) -> Any:
         raise
     except (ValueError, RecursionError) as exc:  # JSONDecodeError, bad UTF-8, absurd nesting
         raise InvalidJSON(f"not valid JSON: {exc}") from None
-    if _deeper_than(value, MAX_DEPTH):
+    if nests_deeper(value, MAX_DEPTH):
         raise InvalidJSON(f"arrays and objects nest more than {MAX_DEPTH} levels deep")
     return value
 
 
-def _deeper_than(value: Any, limit: int) -> bool:
-    # level by level: it must not run out of stack on what it is there to refuse
-    level = [value] if isinstance(value, (dict, list)) else []
+
+_CONTAINERS = frozenset({dict, list, tuple, set, frozenset})
+
+
+def nests_deeper(value: Any, limit: int) -> bool:
+    """Whether containers (dicts, lists, tuples, sets) nest more than ``limit`` deep in
+    ``value``, read level by level, so that it never runs out of stack itself on what it is
+    there to refuse. (The datamodels' value checks use it too.)"""
+    level = [value]
     depth = 0
     while level:
         depth += 1
-        if depth > limit:
-            return True
         below = []
         for v in level:
-            for x in (v.values() if type(v) is dict else v):
-                if type(x) is dict or type(x) is list:
+            t = type(v)
+            if t not in _CONTAINERS:
+                continue
+            if depth > limit:
+                return True
+            for x in (v.values() if t is dict else v):
+                if type(x) in _CONTAINERS:
                     below.append(x)
         level = below
     return False

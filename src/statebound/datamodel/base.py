@@ -17,6 +17,7 @@ import msgpack
 
 from ..chart.model import Chart, Expr
 from ..exceptions import EvaluationError, SerializationError
+from ..jsonio import nests_deeper
 from .budget import Budget
 
 __all__ = ["Datamodel", "Context", "EventView", "AttrDict", "SYSTEM_VARIABLES", "pack_vars",
@@ -324,30 +325,12 @@ _JS_READ_ONLY = frozenset({"undefined", "NaN", "Infinity"})
 #: without a fixed cap a value stored from a shallow stack (900 levels) failed to load from a
 #: deeper one, with a bare ``RecursionError`` on every later drive of the session.
 MAX_NESTING = 256
-_SEQUENCES = frozenset({list, tuple, set, frozenset})
 
 
 def too_deep(value: Any, limit: int = MAX_NESTING) -> bool:
     """Whether containers (lists, dicts, tuples, sets) nest more than ``limit`` deep in ``value``
-    (level by level, so it never runs out of stack itself)."""
-    level = [value]
-    depth = 0
-    while level:
-        depth += 1
-        below = []
-        for v in level:
-            t = type(v)
-            if t is dict:
-                v = v.values()
-            elif t not in _SEQUENCES:
-                continue
-            if depth > limit:
-                return True
-            for x in v:
-                if type(x) is dict or type(x) in _SEQUENCES:
-                    below.append(x)
-        level = below
-    return False
+    (level by level, so it never runs out of stack itself): :func:`statebound.jsonio.nests_deeper`."""
+    return nests_deeper(value, limit)
 
 
 def check_stored(datamodel: str, values: Any) -> str | None:
