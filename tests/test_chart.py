@@ -776,3 +776,33 @@ def test_an_untrusted_chart_may_not_use_the_python_datamodel_even_by_default():
         with pytest.raises(sb.ChartPolicyError, match="untrusted chart may use only") as info:
             sb.Chart.from_scxml(doc('<state id="s"/>', attrs), trust="untrusted")
         assert isinstance(info.value, sb.ChartValidationError)
+
+
+@pytest.mark.parametrize("body, why", [
+    ('<state id="a" initial="a1 a2"><state id="a1"/><state id="a2"/></state>', "meet in 'a'"),
+    ('<state id="x"><transition event="e" target="x y"/></state><state id="y"/>', "meet in '<scxml>'"),
+    ('<state id="x" initial="x0"><state id="x0"/><state id="x1"/>'
+     '<transition event="e" target="x x1"/></state>', "'x1' is inside 'x'"),
+    ('<parallel id="p"><state id="r1"><state id="a"/><state id="b"/></state><state id="r2"/>'
+     '<transition event="e" target="a b"/></parallel>', "meet in 'r1'"),
+])
+def test_targets_that_cannot_be_active_together_are_refused(body, why):
+    """SCXML 3.11: the states a transition (or initial=) enters must make a legal
+    configuration. These loaded, drove into a configuration with two active children of
+    one compound state, and then the stored position could not be loaded by any process."""
+    with pytest.raises(sb.ChartValidationError, match="cannot be active together") as err:
+        sb.Chart.from_scxml(f'<scxml xmlns="http://www.w3.org/2005/07/scxml" version="1.0">{body}</scxml>')
+    assert why in str(err.value) and err.value.problems[0].line == 1
+
+
+def test_targets_in_different_regions_of_a_parallel_state_still_load():
+    chart = sb.Chart.from_scxml(
+        '<scxml xmlns="http://www.w3.org/2005/07/scxml" version="1.0" initial="p">'
+        '<parallel id="p"><state id="r1"><state id="a"/><state id="b"/></state>'
+        '<state id="r2"><state id="c"/><state id="d"/></state>'
+        '<transition event="e" target="b d"/></parallel></scxml>')
+    interp = sb.Interpreter(chart)
+    pos, _ = interp.start("s")
+    pos, _ = interp.drive(pos, "e")
+    assert pos.configuration == {"p", "r1", "b", "r2", "d"}
+    assert sb.Position.from_bytes(pos.to_bytes(), chart).configuration == pos.configuration

@@ -77,6 +77,26 @@ def _normalise_text(text: str) -> str:
     return "\n".join(lines)
 
 
+def _target_conflict(nodes: list[StateNode], targets: tuple[int, ...]) -> str | None:
+    """Why a transition's (or an initial's) target set is not a legal one (SCXML 3.11: the
+    states it enters must be able to be active together), or ``None``. Two targets conflict
+    when one contains the other, or when they meet below a state that is not parallel:
+    entered, they would leave a compound state with two active children, and the position
+    could not be stored and loaded again."""
+    distinct = sorted(set(targets))
+    for i, a in enumerate(distinct):
+        for b in distinct[i + 1:]:
+            na, nb = nodes[a], nodes[b]
+            if a in nb.ancestors or b in na.ancestors:
+                inner, outer = (nb, na) if a in nb.ancestors else (na, nb)
+                return f"{inner.id!r} is inside {outer.id!r}"
+            shared = next(x for x in na.ancestors if x in nb.ancestors)   # the root at worst
+            if nodes[shared].kind != "parallel":
+                where = nodes[shared].id or "<scxml>"
+                return f"they meet in {where!r}, which is not a <parallel>, so only one of them can be active"
+    return None
+
+
 def _canonical(el: El) -> list[Any]:
     """A whitespace- and comment-insensitive form of the element tree (comments are never parsed)."""
     return [el.ns, el.tag, sorted(el.attrib.items()), _normalise_text(el.all_text()),
@@ -727,6 +747,10 @@ def _compile_root(root: El, name: str | None, version: str | None, base_path: st
         c.problem(root, f"version must be '1.0', not {root.attrib['version']!r}")
     c.number()
     nodes, script = c.build()
+    for t in c.transitions:
+        if len(set(t.targets)) > 1 and (why := _target_conflict(nodes, t.targets)) is not None:
+            c.problems.append(Problem(f"the targets {' '.join(repr(nodes[x].id) for x in t.targets)} cannot be "
+                                      f"active together: {why}", t.line, None, "transition"))
     seen_data: dict[str, int] = {}
     for n in nodes:
         for d in n.data:
