@@ -806,3 +806,29 @@ def test_targets_in_different_regions_of_a_parallel_state_still_load():
     pos, _ = interp.drive(pos, "e")
     assert pos.configuration == {"p", "r1", "b", "r2", "d"}
     assert sb.Position.from_bytes(pos.to_bytes(), chart).configuration == pos.configuration
+
+
+MINIMAL = f'<scxml {NS}><state id="a"/></scxml>'
+
+
+@pytest.mark.parametrize("kw", [{"name": 5}, {"version": 5}, {"name": "a\ud800"}, {"version": b"v1"}])
+def test_a_name_or_version_no_blob_can_carry_is_refused_at_load(kw):
+    """They loaded, and the first to_bytes raised AttributeError or UnicodeEncodeError."""
+    with pytest.raises(sb.InvalidArgument, match=r"name|version"):
+        sb.Chart.from_scxml(MINIMAL, **kw)
+
+
+@pytest.mark.parametrize("text", [None, 5, 3.5])
+def test_a_document_that_is_not_text_is_invalid_argument(text):
+    """None was a bare TypeError; 5 became bytes(5), five NUL bytes, "malformed XML"."""
+    with pytest.raises(sb.InvalidArgument, match="str or bytes"):
+        sb.Chart.from_scxml(text)
+
+
+def test_state_ids_starting_with_sb_are_reserved():
+    """The compiler names anonymous states _sb_<tag><index>: an author's _sb_state3 and an
+    anonymous state at index 3 were two states with one id, whose export could not be
+    imported again."""
+    with pytest.raises(sb.ChartValidationError, match="reserved"):
+        sb.Chart.from_scxml('<scxml xmlns="http://www.w3.org/2005/07/scxml" version="1.0">'
+                            '<state id="_sb_state3"/><state><state/></state></scxml>')

@@ -136,3 +136,16 @@ def test_the_cached_header_path_decodes_what_the_checked_path_does():
     assert sb.Position.from_bytes(blob, other) == pos
     with pytest.raises(sb.CorruptPosition):                  # the header matches, the payload does not
         sb.Position.from_bytes(blob + b"\xc1", py)
+
+
+def test_a_cbor_blob_with_bytes_after_its_payload_is_corrupt():
+    """cbor2.loads read the first item and ignored the rest: a cbor blob with trailing
+    bytes loaded, where the msgpack one was refused (docs/persistence.md: extra bytes)."""
+    pytest.importorskip("cbor2")
+    chart = sb.Chart.from_scxml('<scxml xmlns="http://www.w3.org/2005/07/scxml" version="1.0"><state id="a"/></scxml>')
+    pos, _ = sb.Interpreter(chart).start("s")
+    blob = pos.to_bytes("cbor")
+    assert sb.Position.from_bytes(blob, chart).configuration == {"a"}
+    for tail in (b"\x00", b"\xff", b"\x01\x02"):
+        with pytest.raises(sb.CorruptPosition, match="extra byte"):
+            sb.Position.from_bytes(blob + tail, chart)

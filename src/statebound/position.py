@@ -26,6 +26,7 @@ is how the ``Position`` methods reach it while imports still flow one way.
 
 from __future__ import annotations
 
+import io
 import sys
 import threading
 from collections.abc import Callable, Mapping, Set as AbstractSet
@@ -419,7 +420,10 @@ def _decode(blob: bytes, offset: int, tag: int, version: int, chart: Chart) -> P
             cbor = False
         else:
             cbor2 = _cbor()
-            fields = cbor2.loads(blob[offset:])
+            stream = io.BytesIO(blob[offset:])
+            fields = cbor2.CBORDecoder(stream).decode()
+            if stream.tell() != len(blob) - offset:   # cbor2.loads would ignore what follows
+                raise CorruptPosition(f"{len(blob) - offset - stream.tell()} extra byte(s) after the payload")
             cbor = True
         if type(fields) is not tuple and type(fields) is not list:
             raise CorruptPosition("payload is not an array")

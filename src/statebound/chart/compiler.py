@@ -20,7 +20,7 @@ from datetime import datetime, UTC
 from pathlib import Path
 from typing import Any
 
-from ..exceptions import ChartError, ChartPolicyError, ChartSyntaxError, ChartValidationError, Problem
+from ..exceptions import ChartError, ChartPolicyError, ChartSyntaxError, ChartValidationError, InvalidArgument, Problem
 from .model import (INVOKE_SCXML_TYPES, Action, Assign, CancelAction, Chart, DataSpec, DoneData, Expr, Foreach,
                     If,
                     InvokeSpec, LogAction, Param, Raise, Script, SendAction, StateNode, TimeoutSpec,
@@ -185,6 +185,11 @@ class _Compiler:
                 if not sid:
                     sid = f"_sb_{el.tag}{idx}"
                     rec["id"] = sid
+                elif sid.startswith("_sb_"):
+                    # the ids the compiler gives anonymous states: one written by the author
+                    # could be given a second time, to another state
+                    self.problem(el, f"state id {sid!r}: ids starting with '_sb_' are reserved for the "
+                                     "ids statebound gives states that have none")
                 elif sid in self.by_id:
                     self.problem(el, f"duplicate state id {sid!r}")
                 if sid not in self.by_id:
@@ -772,11 +777,31 @@ def _compile_root(root: El, name: str | None, version: str | None, base_path: st
                  subcharts=tuple(c.subcharts), trust=trust, src_roots=roots, _by_id=dict(c.by_id))
 
 
+def _check_label(value: Any, what: str) -> None:
+    """A chart's name or version goes into every position blob's header: it must be text that
+    UTF-8 can hold (it was an AttributeError or a UnicodeEncodeError at the first to_bytes)."""
+    if value is None:
+        return
+    if not isinstance(value, str):
+        raise InvalidArgument(f"a chart {what} must be a string, not {value!r}")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidArgument(f"the chart {what} {value!r} is not valid Unicode (a lone surrogate)") from None
+
+
 def compile_chart(text: str | bytes, name: str | None = None, version: str | None = None,
                   base_path: str | None = None, source: str | None = None, *, trust: str = TRUSTED,
                   allow_dirs: Any = ()) -> Chart:
     """Parse, validate and compile SCXML text (see :meth:`Chart.from_scxml`)."""
     check_trust(trust)
+    if not isinstance(text, (str, bytes, bytearray)):
+        # bytes(5) would be five NUL bytes, and None a TypeError deep in the parser
+        raise InvalidArgument(f"the SCXML document must be a str or bytes, not {type(text).__name__}")
+    if base_path is not None and not isinstance(base_path, (str, os.PathLike)):
+        raise InvalidArgument(f"base_path must be a path, not {type(base_path).__name__}")
+    _check_label(name, "name")
+    _check_label(version, "version")
     roots = roots_for(base_path, allow_dirs)
     budget = LoadBudget()
     return _compile_root(_parse(text, source, budget), name, version, base_path, source, 0, trust, roots, budget)
@@ -786,6 +811,8 @@ def compile_file(path: Any, name: str | None = None, version: str | None = None,
                  allow_dirs: Any = ()) -> Chart:
     """Read and compile an SCXML file (see :meth:`Chart.from_file`)."""
     check_trust(trust)
+    _check_label(name, "name")
+    _check_label(version, "version")
     p = Path(os.fspath(path))
     text = read_file(str(p))
     base = str(p.parent.resolve())
