@@ -141,3 +141,53 @@ def test_a_delivery_that_fails_after_a_suspend_leaves_its_row_parked(kind, tmp_p
     clock.advance(60_000)
     assert [r.outcome for r in host.fire_due()] == ["delivered"]
     assert calls == [False, False] and host.pending_timers("r1") == []
+
+
+TICK = """<scxml xmlns="http://www.w3.org/2005/07/scxml" name="tick" initial="s" datamodel="python">
+  <datamodel><data id="ticks" expr="0"/></datamodel>
+  <state id="s">
+    <transition event="arm"><send event="tick" delay="10ms"/></transition>
+    <transition event="tick"><assign location="ticks" expr="ticks + 1"/></transition>
+  </state>
+</scxml>"""
+
+
+@pytest.mark.parametrize("kind", ["memory", "sqlite"])
+def test_a_stale_claim_fired_after_a_suspend_never_brings_a_done_row_back(kind, tmp_path):
+    """Sweeper S claims a row and stalls; its lease lapses, another sweeper fires the row;
+    the instance is suspended; S wakes and fires its copy. The parked path wrote S's copy
+    back as suspended, over the done row, and resume made it fire a second time. The park
+    is now the row's conditional completion: S's copy is skipped."""
+    store = sb.MemoryStore() if kind == "memory" else sb.SQLiteStore(tmp_path / "t.db")
+    clock = sb.ManualClock(now_ms=1_000)
+    host = sb.Host([sb.Chart.from_scxml(TICK)], store=store, clock=clock)
+    host.start("tick", "c")
+    host.send("c", "arm")
+    clock.advance(10)
+    [stale] = host.store.claim_due(clock.now_ms(), 10, "S", 5_000)
+    clock.advance(6_000)                                          # S's lease lapses
+    assert sb.Sweeper(host, node_id="W").run_once().fired == 1     # W fires it, once
+    host.suspend("c")
+    assert host.fire(stale, node_id="S").outcome == "skipped"
+    assert host.store.get_timer(stale.key).state == "done"
+    host.resume("c")
+    clock.advance(10_000)
+    assert host.fire_due() == []
+    assert host.get("c").datamodel["ticks"] == 1
+
+
+def test_a_claimed_row_fired_after_the_suspend_is_parked_and_fires_after_resume(tmp_path):
+    """The other side of the same path: S still holds its claim when it fires into the
+    suspended instance; the row is parked, and fires once after resume."""
+    clock = sb.ManualClock(now_ms=1_000)
+    host = sb.Host([sb.Chart.from_scxml(TICK)], store=sb.SQLiteStore(tmp_path / "p.db"), clock=clock)
+    host.start("tick", "c")
+    host.send("c", "arm")
+    clock.advance(10)
+    [claimed] = host.store.claim_due(clock.now_ms(), 10, "S", 60_000)
+    host.suspend("c")
+    assert host.fire(claimed, node_id="S").outcome == "parked"
+    assert host.store.get_timer(claimed.key).state == "suspended"
+    host.resume("c")
+    assert [r.outcome for r in host.fire_due()] == ["fired"]
+    assert host.get("c").datamodel["ticks"] == 1

@@ -11,7 +11,6 @@ Outbox rows are fired by ``outbox.py``.
 from __future__ import annotations
 
 import logging
-from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from ..events import Event
@@ -53,10 +52,12 @@ def fire_step(h: Host, row: TimerRow, u: Unit) -> tuple[str, str | None]:
             t.name == row.name and t.ordinal == row.ordinal for t in sched.position.timeouts):
         outcome, reason = "stale", f"timeout {row.name!r} was re-armed or cancelled since ordinal {row.ordinal}"
     elif sched.suspended:
-        # claimed before the suspend parked it: park it now, in place, name and all
+        # Claimed before the suspend parked it: park it now, in place, name and all. Through
+        # the row's completion (fire_completion), which the store applies only while the row
+        # is still this sweeper's claim: written from this copy, a row another sweeper had
+        # fired meanwhile came back as suspended, and fired again after resume.
         sched.refs.append(TimerRef(row.ordinal, row.send_id, row.name))
         sched.dirty = True   # the position write makes this conditional on the suspend
-        u.puts[row.key] = replace(row, state=SUSPENDED, claimed_by=None, claim_expires_ms=None)
         outcome, reason = "parked", f"instance {row.instance_id!r} is suspended"
     else:
         u.queue.append((row.target_id, Event.from_dict(row.event), row.caller_context))
@@ -64,10 +65,12 @@ def fire_step(h: Host, row: TimerRow, u: Unit) -> tuple[str, str | None]:
     return outcome, reason
 
 
-def fire_completion(row: TimerRow, node: str, result: tuple[str, str | None]) -> TimerCompletion | None:
-    """How a fire's commit finishes its row (a row parked for a suspended instance is
-    rewritten in place instead)."""
-    return None if result[0] == "parked" else TimerCompletion(row.key, result[0], result[1], node)
+def fire_completion(row: TimerRow, node: str, result: tuple[str, str | None]) -> TimerCompletion:
+    """How a fire's commit finishes its row: done with its outcome, or, parked for a
+    suspended instance, back to ``suspended`` (both only while the row is still claimable)."""
+    if result[0] == "parked":
+        return TimerCompletion(row.key, None, result[1], node, SUSPENDED)
+    return TimerCompletion(row.key, result[0], result[1], node)
 
 
 def fire_failed(h: Host, row: TimerRow, node: str, exc: Exception, lag: int) -> FireResult:

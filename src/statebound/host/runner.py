@@ -70,7 +70,8 @@ def run(h: Host, fn: Any, *, creating: str | None = None, completion: Any = None
                 # a row finished by someone else cannot be finished by a retry
                 cur = h.store.get_timer(c.key)
                 if cur is None or cur.state in (DONE, DEAD) or (
-                        c.node_id is not None and cur.state == CLAIMED and cur.claimed_by not in (None, c.node_id)):
+                        c.node_id is not None and cur.state == CLAIMED and cur.claimed_by not in (None, c.node_id)) or (
+                        c.state == SUSPENDED and cur.state == SUSPENDED):   # parking a row the suspend parked
                     raise AlreadyDone() from None
             continue
         deliver = landed(h, u.deliver, commit)
