@@ -532,6 +532,28 @@ class StoreContract:
         assert (r3.state, r3.attempts, r3.last_error) == (DEAD, 1, "gave up")
         assert store.claim_due(10_000, 10, "n2", 100) == []
 
+    def test_a_put_that_expects_a_rows_state_writes_nothing_if_it_moved(self, store):
+        """``Commit.timers_expect``: suspend and resume rewrite rows they read outside the
+        commit; a row a sweeper completed meanwhile (an outbox send's completion writes no
+        position, so no version shows it) must refuse the whole commit."""
+        create(store, "a")
+        put(store, timer("a", 1, 10, kind=SEND), timer("a", 2, 10))
+        read = store.get_timer(("a", 1))
+        parked = replace(read, state=SUSPENDED)
+        store.commit(Commit(writes=(update("a", 1),), timers_put=(parked,),
+                            timers_expect=((("a", 1), (PENDING, CLAIMED)),)))
+        assert store.get_timer(("a", 1)).state == SUSPENDED and store.load("a").version == 2
+        # a sweeper completes row 2 between the host's read and its commit
+        read2 = store.get_timer(("a", 2))
+        store.commit(Commit(complete=TimerCompletion(("a", 2), "delivered")))
+        with pytest.raises(ConflictError):
+            store.commit(Commit(writes=(update("a", 2),), timers_put=(replace(read2, state=SUSPENDED),),
+                                timers_expect=((("a", 2), (PENDING, CLAIMED)),)))
+        assert store.get_timer(("a", 2)).state == DONE and store.load("a").version == 2
+        with pytest.raises(ConflictError):   # a row that is not there at all
+            store.commit(Commit(timers_put=(timer("a", 9, 10),), timers_expect=((("a", 9), (SUSPENDED,)),)))
+        assert store.get_timer(("a", 9)) is None
+
     def test_release_dead_parks_the_row(self, store):
         put(store, timer("a", 1, 10), timer("a", 2, 10))
         store.claim_due(10, 10, "n1", 100)

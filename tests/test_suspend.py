@@ -191,3 +191,44 @@ def test_a_claimed_row_fired_after_the_suspend_is_parked_and_fires_after_resume(
     host.resume("c")
     assert [r.outcome for r in host.fire_due()] == ["fired"]
     assert host.get("c").datamodel["ticks"] == 1
+
+
+@pytest.mark.parametrize("kind", ["memory", "sqlite"])
+def test_an_outbox_send_delivered_while_suspend_reads_its_rows_is_not_brought_back(kind, tmp_path):
+    """suspend reads the instance's rows, then writes them back as suspended. A sweeper that
+    delivered and completed a send in between was not seen (a send's completion writes no
+    position, so the version check passes): the done row came back suspended, and resume
+    made it deliver again. The rewrite is now conditional on the state it was read in."""
+    import threading
+
+    base = sb.MemoryStore if kind == "memory" else sb.SQLiteStore
+
+    class Hooked(base):   # type: ignore[misc, valid-type]
+        hook = None
+
+        def pending_timers(self, instance_id):
+            rows = super().pending_timers(instance_id)
+            hook, self.hook = self.hook, None
+            if hook is not None:   # a sweeper on another thread, between the read and the commit
+                t = threading.Thread(target=hook)
+                t.start()
+                t.join()
+            return rows
+
+    store = Hooked() if kind == "memory" else Hooked(tmp_path / "h.db")
+    shop = sb.Chart.from_scxml('''<scxml xmlns="http://www.w3.org/2005/07/scxml" name="shop" initial="s"
+        datamodel="python"><state id="s"><transition event="buy"><send type="app" event="receipt"/>
+        </transition></state></scxml>''')
+    delivered: list[str] = []
+    clock = sb.ManualClock(now_ms=1_000)
+    host = sb.Host([shop], store=store, clock=clock, processors={"app": lambda d: delivered.append(d.idempotency_key)},
+                   deliver_after_commit=False)
+    host.start("shop", "r1")
+    host.send("r1", "buy")
+    outcomes: list[str] = []
+    store.hook = lambda: outcomes.extend(r.outcome for r in host.fire_due(node_id="S"))
+    host.suspend("r1")
+    assert outcomes == ["delivered"] and host.pending_timers("r1") == []
+    host.resume("r1")
+    clock.advance(60_000)
+    assert host.fire_due() == [] and delivered == ["r1:1"]

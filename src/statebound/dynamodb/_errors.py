@@ -55,7 +55,8 @@ class ActionInfo:
     """What one write action is, so a cancellation reason can be pinned on an item.
 
     :ivar kind: ``"position"``, ``"create"`` (a position that must not exist),
-        ``"timer_put"``, ``"complete"``, ``"delete"`` or ``"other"``.
+        ``"timer_put"``, ``"timer_state"`` (a put conditional on the row's state),
+        ``"complete"``, ``"delete"`` or ``"other"``.
     :ivar instance_id: the instance the item belongs to.
     :ivar ordinal: the timer ordinal, for timer actions.
     """
@@ -81,6 +82,8 @@ class ActionInfo:
             return ConflictError(f"timer {key} is no longer claimable")
         if self.kind == "timer_put":
             return ConflictError(f"timer row {key} already exists")
+        if self.kind == "timer_state":
+            return ConflictError(f"timer row {key} changed state")
         return ConflictError(f"a condition on {iid!r} failed", iid, current)
 
 

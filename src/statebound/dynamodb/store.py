@@ -466,6 +466,7 @@ class DynamoStore:
 
         puts = {row.key: row for row in commit.timers_put}
         deletes = set(commit.timers_delete)
+        expect = dict(commit.timers_expect)
         comp = commit.complete
         keys: list[TimerKey] = list(dict.fromkeys(
             [*puts, *commit.timers_delete, *([comp.key] if comp else []), *purged]))
@@ -483,6 +484,14 @@ class DynamoStore:
                     cond = self._completion_condition(comp)
                     info = ActionInfo("complete", key[0], key[1])
                     item = self._failed_row_item(row)
+                elif key in expect:
+                    # a row the host read and rewrites: only in a state it read it in
+                    states = expect[key]
+                    cond = {"ConditionExpression": f"#state IN ({', '.join(f':s{i}' for i in range(len(states)))})",
+                            "ExpressionAttributeNames": {"#state": "state"},
+                            "ExpressionAttributeValues": {f":s{i}": S(v) for i, v in enumerate(states)}}
+                    info = ActionInfo("timer_state", key[0], key[1])
+                    item = self._timer_put_item(row)
                 else:
                     # Unconditional, as in MemoryStore: a put of an existing key replaces
                     # the row (the Store contract), and ordinals never repeat within a

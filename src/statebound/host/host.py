@@ -541,9 +541,11 @@ class Host:
             if e.suspended:
                 return
             e.suspended = e.dirty = True
+            u.expect = {}
             for row in self.store.pending_timers(instance_id):
                 if row.state in (PENDING, CLAIMED):
                     u.puts[row.key] = replace(row, state=SUSPENDED, claimed_by=None, claim_expires_ms=None)
+                    u.expect[row.key] = (PENDING, CLAIMED)   # not one a sweeper completed meanwhile
         runner.run(self, unit)
 
     def resume(self, instance_id: str) -> None:
@@ -565,12 +567,14 @@ class Host:
                 return
             e.suspended, e.dirty = False, True
             now = self.clock.now_ms()
+            u.expect = {}
             for row in self.store.pending_timers(instance_id):
                 if row.state == SUSPENDED:
                     # overdue rows become ready now, not at their old due time: a sweep only
                     # looks for rows from about now on (the DynamoDB due index is bucketed)
                     later = now if row.ready_at_ms < now else row.next_attempt_at_ms
                     u.puts[row.key] = replace(row, state=PENDING, next_attempt_at_ms=later)
+                    u.expect[row.key] = (SUSPENDED,)
         runner.run(self, unit)
 
     def is_suspended(self, instance_id: str) -> bool:

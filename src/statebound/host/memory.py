@@ -75,6 +75,10 @@ class MemoryStore:
         return out
 
     def _check(self, commit: Commit) -> None:
+        for key, states in commit.timers_expect:
+            row = self._timers.get(key)
+            if row is None or row.state not in states:
+                raise ConflictError(f"timer row {key} changed state")
         for w in commit.writes:
             cur = self._positions.get(w.instance_id)
             if w.expected_version is None:

@@ -173,10 +173,11 @@ def build_commit(h: Host, u: Unit, completion: TimerCompletion | None) -> Commit
     puts = tuple(r for r in u.puts.values() if r.instance_id not in deleted) if deleted else tuple(u.puts.values())
     dels = tuple(k for k in dict.fromkeys(u.deletes) if k[0] not in deleted and k != u.protected) \
         if u.deletes else ()
+    expect = tuple(u.expect.items()) if u.expect else ()
     if h.history is None:
-        return Commit(tuple(writes), puts, dels, completion)
+        return Commit(tuple(writes), puts, dels, completion, timers_expect=expect)
     return Commit(tuple(writes), puts, dels, completion,
-                  history_mod.records(h.history, u, writes, h.clock.now_ms()), h.history.keep, True)
+                  history_mod.records(h.history, u, writes, h.clock.now_ms()), h.history.keep, True, expect)
 
 
 def load(h: Host, u: Unit, instance_id: str) -> Entry | None:

@@ -979,6 +979,10 @@ class SQLiteStore:
         """The statements of one commit, inside a transaction the caller holds. ``checked``:
         the caller checked the completion first and completes the row itself, afterwards."""
         writes, puts, history = encoded
+        for key, states in commit.timers_expect:   # reads, before any write, like the completion check
+            r = self._execute("SELECT state FROM timers WHERE instance_id = ? AND ordinal = ?", key).fetchone()
+            if r is None or r[0] not in states:
+                raise ConflictError(f"timer row {key} changed state")
         c = None if checked else commit.complete
         if c is not None:
             # First: it reads only timer rows, which the position writes leave alone, and a

@@ -414,6 +414,11 @@ class Commit:
     #: the writing host records history (kept for stores that want to know; every store now
     #: drops a deleted instance's history whoever deletes it)
     history_in_use: bool = False
+    #: ``(key, states)``: the commit applies only if each of these rows is, at that moment,
+    #: in one of ``states`` (else ``ConflictError``, nothing written). A host that rewrites rows
+    #: it read outside the commit (suspend, resume) names what it read, so that a row a
+    #: sweeper completed meanwhile, which a position version cannot show, is not brought back.
+    timers_expect: tuple[tuple[TimerKey, tuple[str, ...]], ...] = ()
 
     @property
     def empty(self) -> bool:

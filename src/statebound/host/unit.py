@@ -94,6 +94,8 @@ class Unit:
     cache: dict[str, PositionRecord | None] | None = None
     #: instances this unit looked for and did not find (a batch keeps them out of other units)
     missing: set[str] = field(default_factory=set)
+    #: rows this unit rewrites from a read, with the states it read them in (Commit.timers_expect)
+    expect: dict[TimerKey, tuple[str, ...]] | None = None
 
     def __init__(self, cache: dict[str, PositionRecord | None] | None = None, budget: Budget | None = None) -> None:
         # One per host call: literals instead of the generated init's eight factory calls.
@@ -110,6 +112,7 @@ class Unit:
         self.starts = 0
         self.cache = cache
         self.missing = set()
+        self.expect = None
 
 
 class AlreadyDone(Exception):
