@@ -18,8 +18,10 @@ atomically: all position writes (each conditional on the version loaded), the ne
 timer rows, the deleted (cancelled) rows and the completion of the fired row, or
 nothing at all. A completion usually marks the row ``done``; it may instead park it as
 ``waiting`` (an invoke handler will answer later) or ``dead`` (a delivery that failed for
-good, in the same commit that tells the chart so). A failed version condition raises :class:`~statebound.ConflictError`
-and writes nothing; the host reloads and retries.
+good, in the same commit that tells the chart so). A commit may also name rows it
+rewrites with the states it read them in (``Commit.timers_expect``: suspend and resume do);
+a row found in another state fails the commit like a version. A failed condition raises
+:class:`~statebound.ConflictError` and writes nothing; the host reloads and retries.
 
 **Group commit** (optional, :class:`BatchStore`): a backend may also offer
 ``load_many(ids)`` and ``commit_many(commits)``. ``commit_many`` applies many commits of
