@@ -993,3 +993,28 @@ def test_trust_untrusted_refuses_a_python_chart(db, capsys):
     assert "untrusted" in line and "ecmascript" in line
     fails(capsys, "validate", "--trust", "untrusted", ORDER)
     ok(capsys, "validate", ORDER)   # the default stays trusted
+
+
+def test_diagram_keeps_states_apart_lines_whole_and_region_histories(tmp_path, capsys):
+    """Three faults of the Mermaid output: states a-b and a_b were drawn as one node; a
+    newline in a cond ended the transition's statement mid-label; a <history> inside a
+    parallel region was never declared, so a transition to it drew a stray state."""
+    path = tmp_path / "odd.scxml"
+    path.write_text('''<scxml xmlns="http://www.w3.org/2005/07/scxml" version="1.0" datamodel="python" initial="a-b">
+      <state id="a-b"><transition event="go" cond="x == 1&#10;or True" target="a_b"/></state>
+      <state id="a_b"><transition event="in" target="h1"/></state>
+      <parallel id="p">
+        <state id="r1"><history id="h1"><transition target="x1"/></history><state id="x1"/></state>
+        <state id="r2"/>
+      </parallel>
+    </scxml>''')
+    assert main(["diagram", str(path)]) == 0
+    out = capsys.readouterr().out
+    edges = [ln.strip() for ln in out.splitlines() if "-->" in ln and "[*]" not in ln]
+    src, _, rest = edges[0].partition(" --> ")
+    dst = rest.split(" : ")[0]
+    assert src != dst                                   # two states, two nodes
+    assert "x == 1 or True" in edges[0]                 # the label is one line
+    assert all(ln.startswith(("    ", "stateDiagram")) or not ln for ln in out.splitlines())
+    hist = [ln for ln in out.splitlines() if "(H)" in ln]
+    assert len(hist) == 1 and hist[0].rstrip().endswith("as h1")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import re
 from collections.abc import Iterable
 from typing import Any
 
@@ -25,8 +26,20 @@ def cmd_validate(args: argparse.Namespace) -> int:
     return 0
 
 
-def _node(chart: Chart, i: int) -> str:
-    return chart.states[i].id.replace("-", "_").replace(".", "_").replace(":", "_")
+def _node_names(chart: Chart) -> list[str]:
+    """A Mermaid name per state: its id with what Mermaid cannot take as ``_``, and, where two
+    ids come out the same (``a-b`` and ``a_b``), the state's index after it, so that no two
+    states are drawn as one."""
+    names = [re.sub(r"\W", "_", s.id) for s in chart.states]
+    taken: dict[str, int] = {}
+    for n in names:
+        taken[n] = taken.get(n, 0) + 1
+    return [f"{n}__{i}" if taken[n] > 1 else n for i, n in enumerate(names)]
+
+
+def _label(text: str) -> str:
+    # one line (a newline in a cond ended the statement), and ':' escaped (it starts the label)
+    return " ".join(text.split()).replace(":", "\\:")
 
 
 def mermaid(chart: Chart, *, active: Iterable[int] = (), notes: Iterable[tuple[int, str]] = ()) -> str:
@@ -38,9 +51,15 @@ def mermaid(chart: Chart, *, active: Iterable[int] = (), notes: Iterable[tuple[i
     """
     st = chart.states
     lines = ["stateDiagram-v2"]
+    names = _node_names(chart)
 
     def name(i: int) -> str:
-        return _node(chart, i)
+        return names[i]
+
+    def histories(c: Any, indent: str) -> None:
+        for h in c.histories:
+            lines.append(f"{indent}state \"{st[h].id} (H{'*' if st[h].history_type == 'deep' else ''})\" "
+                         f"as {name(h)}")
 
     def emit(i: int, indent: str) -> None:
         node = st[i]
@@ -60,6 +79,7 @@ def mermaid(chart: Chart, *, active: Iterable[int] = (), notes: Iterable[tuple[i
                         if r.children:
                             lines.append(f"{indent}    state {name(region)} {{")
                             emit(region, indent + "        ")
+                            histories(r, indent + "        ")   # a region's own histories
                             lines.append(f"{indent}    }}")
                         else:
                             lines.append(f"{indent}    {name(region)}")
@@ -68,9 +88,7 @@ def mermaid(chart: Chart, *, active: Iterable[int] = (), notes: Iterable[tuple[i
                 lines.append(f"{indent}}}")
             if c.kind == "final":
                 lines.append(f"{indent}{name(k)} --> [*]")
-            for h in c.histories:
-                lines.append(f"{indent}state \"{st[h].id} (H{'*' if st[h].history_type == 'deep' else ''})\" "
-                             f"as {name(h)}")
+            histories(c, indent)
 
     emit(0, "    ")
     for t in chart.transitions:
@@ -82,7 +100,7 @@ def mermaid(chart: Chart, *, active: Iterable[int] = (), notes: Iterable[tuple[i
         label = " ".join(t.events) or "(eventless)"
         if t.cond is not None:
             label += f" [{t.cond.src}]"
-        label = label.replace(":", "\\:")
+        label = _label(label)
         for tgt in t.targets:
             lines.append(f"    {name(t.source)} --> {name(tgt)} : {label}")
     for s in st[1:]:
