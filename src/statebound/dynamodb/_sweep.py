@@ -51,7 +51,7 @@ from ._codec import N, S
 if TYPE_CHECKING:
     from .store import DynamoStore
 
-__all__ = ["Sweep", "GSI_LAG_S", "NEVER", "MAX_ERROR_CHARS", "error_text"]
+__all__ = ["Sweep", "GSI_LAG_S", "NEVER", "MAX_ERROR_CHARS", "error_text", "cut_utf8"]
 
 log = logging.getLogger(__name__)
 
@@ -68,11 +68,15 @@ MAX_ERROR_CHARS = 8_000
 
 def error_text(error: str | None) -> str:
     """``error`` cut to at most :data:`MAX_ERROR_CHARS` characters and as many UTF-8 bytes."""
-    text = (error or "")[:MAX_ERROR_CHARS]
+    return cut_utf8((error or "")[:MAX_ERROR_CHARS], MAX_ERROR_CHARS)
+
+
+def cut_utf8(text: str, max_bytes: int) -> str:
+    """``text`` cut to at most ``max_bytes`` of UTF-8, never inside a character."""
     raw = text.encode("utf-8", "replace")
-    if len(raw) <= MAX_ERROR_CHARS:
+    if len(raw) <= max_bytes:
         return text
-    return raw[:MAX_ERROR_CHARS].decode("utf-8", "ignore")
+    return raw[:max(0, max_bytes)].decode("utf-8", "ignore")
 #: Soft claims kept at most (they are an optimisation: the oldest go first).
 MAX_CLAIMS = 100_000
 #: Extra items a shard read asks for beyond what it wants, for rows it must skip

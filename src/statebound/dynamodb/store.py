@@ -74,7 +74,7 @@ from . import _operator, _table
 from ._codec import N, S
 from ._errors import ActionInfo, call
 from ._migrate import MigrationReport, migrate
-from ._sweep import MAX_ERROR_CHARS, Sweep, error_text
+from ._sweep import MAX_ERROR_CHARS, Sweep, cut_utf8, error_text
 
 __all__ = ["DynamoStore", "MAX_ITEM_BYTES", "MAX_TRANSACTION_ACTIONS", "MAX_TRANSACTION_BYTES",
            "MAX_INSTANCE_ID_BYTES", "MAX_ERROR_CHARS", "TIMER_HEADROOM_BYTES"]
@@ -438,8 +438,7 @@ class DynamoStore:
         item = codec.timer_item(row, shards=self.shards)
         over = codec.item_size(item) - MAX_ITEM_BYTES
         if over > 0 and row.last_error:
-            raw = row.last_error.encode("utf-8")
-            row = replace(row, last_error=raw[:max(0, len(raw) - over)].decode("utf-8", "ignore"))
+            row = replace(row, last_error=cut_utf8(row.last_error, len(row.last_error.encode("utf-8")) - over))
             item = codec.timer_item(row, shards=self.shards)
         self._check_size(item, f"timer row {row.key}")
         return item

@@ -11,20 +11,20 @@ Outbox rows are fired by ``outbox.py``.
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..events import Event
 from ..exceptions import StoreError, StoreUnavailable, describe
 from ..interpreter.state import RUNNING
 from .delivery import drop_ref
 from .runner import load, wake
-from .store import SUSPENDED, TimerCompletion, TimerRef, TimerRow
+from .store import SUSPENDED, TimerCompletion, TimerKey, TimerRef, TimerRow
 from .unit import FireResult, Unit
 
 if TYPE_CHECKING:
     from .host import Host
 
-__all__ = ["fire_step", "fire_completion", "fire_failed", "release", "count"]
+__all__ = ["fire_step", "fire_call", "fire_completion", "parked", "fire_failed", "release", "count"]
 
 log = logging.getLogger("statebound")
 
@@ -33,8 +33,7 @@ def fire_step(h: Host, row: TimerRow, u: Unit) -> tuple[str, str | None]:
     """The unit of work that fires a timer row in ``u`` (``runner.py``): returns
     ``(outcome, reason)`` for the row's completion. Outbox rows go to ``outbox.py``."""
     u.protected = row.key
-    u.call = {"op": "fire", "instance": row.target_id, "timer": [row.instance_id, row.ordinal],
-              "caller_context": row.caller_context}
+    u.call = fire_call(row)
     sched = load(h, u, row.instance_id)
     target = sched if row.target_id == row.instance_id else load(h, u, row.target_id)
     outcome, reason = "fired", None
@@ -65,11 +64,23 @@ def fire_step(h: Host, row: TimerRow, u: Unit) -> tuple[str, str | None]:
     return outcome, reason
 
 
+def fire_call(row: TimerRow) -> dict[str, Any]:
+    """A history record's ``call`` for a commit that fires ``row`` (a timer or an outbox row)."""
+    return {"op": "fire", "instance": row.target_id, "timer": [row.instance_id, row.ordinal],
+            "caller_context": row.caller_context}
+
+
+def parked(row_key: TimerKey, node: str | None, reason: str) -> TimerCompletion:
+    """The completion that parks a claimed row for a suspended instance: applied only while the
+    row is still claimable, so a stale copy never brings back a row fired meanwhile."""
+    return TimerCompletion(row_key, None, reason, node, SUSPENDED)
+
+
 def fire_completion(row: TimerRow, node: str, result: tuple[str, str | None]) -> TimerCompletion:
     """How a fire's commit finishes its row: done with its outcome, or, parked for a
     suspended instance, back to ``suspended`` (both only while the row is still claimable)."""
     if result[0] == "parked":
-        return TimerCompletion(row.key, None, result[1], node, SUSPENDED)
+        return parked(row.key, node, result[1] or "")
     return TimerCompletion(row.key, result[0], result[1], node)
 
 

@@ -52,9 +52,9 @@ from ..exceptions import (DeliveryRejected, InstanceNotFound, InstanceSuspended,
                           describe)
 from ..interpreter.state import RUNNING
 from .delivery import drop_ref, next_ordinal
-from .firing import count, release
+from .firing import count, fire_call, parked, release
 from .processors import Delivery, InvokeRequest, Pending
-from .store import (CANCEL, DEAD, DONE, INVOKE, PENDING, SEND, SUSPENDED, WAITING, TimerCompletion, TimerKey, TimerRef,
+from .store import (CANCEL, DEAD, DONE, INVOKE, PENDING, SEND, WAITING, TimerCompletion, TimerKey, TimerRef,
                     TimerRow, pack_field)
 from .runner import load, run
 from .unit import AlreadyDone, Entry, FireResult, Unit
@@ -329,7 +329,7 @@ class Outbox:
             return self._failed(row, node, exc, lag)
         if isinstance(result, Pending):
             def waiting(u: Unit) -> bool:
-                u.call = _fire_call(row)
+                u.call = fire_call(row)
                 e = load(h, u, row.instance_id)
                 # The state was exited while start ran (start may take seconds): the row is a
                 # cancel row now, and must stay one for the cancel hook, which never ran when
@@ -373,7 +373,7 @@ class Outbox:
         has_ref = not leave_refs and (row.kind == INVOKE or row.event.get("delayed"))
 
         def unit(u: Unit) -> None:
-            u.call = _fire_call(row)
+            u.call = fire_call(row)
             if has_ref:
                 e = load(h, u, row.instance_id)
                 if e is not None:
@@ -408,7 +408,7 @@ class Outbox:
                           "platform", row.send_id, invokeid=p.get("invokeid"))
 
         def unit(u: Unit) -> None:
-            u.call = _fire_call(row)
+            u.call = fire_call(row)
             e = load(h, u, iid)
             if e is None or e.position is None:
                 return
@@ -452,14 +452,13 @@ class Outbox:
                 # generation check, into whatever invocation was live by then.
                 if node is None:
                     raise InstanceSuspended(iid)   # the caller retries after resume, as for send
-                row = u.puts.get((iid, generation)) if generation is not None else None
-                row = row or (h.store.get_timer((iid, generation)) if generation is not None else None)
-                if row is not None:
-                    # the row waits, parked, and fires again after resume: the handler (which
-                    # dedups on the key) answers again, and the generation is checked then
-                    u.puts[row.key] = replace(row, state=SUSPENDED, claimed_by=None, claim_expires_ms=None)
-                    e.dirty = True   # the position write makes this conditional on the suspend
-                return "parked", f"instance {iid!r} is suspended", None
+                assert generation is not None      # a fired invoke row names its own generation
+                # The invoke row waits, parked, and fires again after resume: the handler (which
+                # dedups on the key) answers again, and the generation is checked then. Parked
+                # as a timer row is: by its conditional completion, never from a stale copy.
+                e.dirty = True   # the position write makes this conditional on the suspend
+                why = f"instance {iid!r} is suspended"
+                return "parked", why, parked((iid, generation), node, why)
             live = self._generation(e, invokeid)
             gen = live if generation is None else generation
             key = found[0] = None if gen is None else (iid, gen)
@@ -508,12 +507,6 @@ class Outbox:
         """``complete_invoke``/``fail_invoke``: deliver ``event`` if the invocation is live."""
         generation = None if token is None else _parse_token(token, instance_id, invokeid)
         return self._deliver_result(instance_id, invokeid, generation, event, ctx, None, 0)
-
-
-def _fire_call(row: TimerRow) -> dict[str, Any]:
-    """A history record's ``call`` for a commit that fires an outbox row."""
-    return {"op": "fire", "instance": row.instance_id, "timer": [row.instance_id, row.ordinal],
-            "caller_context": row.caller_context}
 
 
 def _of_invocation(row: TimerRow, invokeid: str) -> bool:
