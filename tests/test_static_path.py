@@ -349,3 +349,33 @@ def test_a_short_drive_makes_no_budget_of_its_own(monkeypatch):
     made.clear()
     loops.drive(pos, "next")
     assert made
+
+
+@pytest.mark.parametrize("datamodel, big", [("python", "'x' * 600000"), ("ecmascript", "'x'.repeat(600000)")])
+@pytest.mark.parametrize("given", [False, True])
+def test_a_plan_that_steps_aside_hands_over_its_cpu_not_its_memory(datamodel, big, given):
+    # The plan logs a big value, then fails: the full macrostep runs the same content and
+    # brings the value out again. Counted twice, the drive was refused on the static path
+    # (and so for ABANDON_LIMIT drives, then accepted once the plan was dropped) while the
+    # same drive passed with the cache off.
+    if datamodel == "ecmascript":
+        pytest.importorskip("quickjs")
+    from statebound.datamodel.budget import Budget
+    from statebound.interpreter.interpreter import ABANDON_LIMIT
+    text = f"""<scxml {NS} datamodel="{datamodel}"><datamodel><data id="n" expr="0"/></datamodel>
+      <state id="a"><transition event="e"><log label="big" expr="{big}"/>
+        <assign location="undeclared" expr="1"/></transition></state></scxml>"""
+    mib = 1024 * 1024
+    results = {}
+    for static_path in (True, False):
+        it = sb.Interpreter(sb.Chart.from_scxml(text), max_memory_bytes=mib, static_path=static_path)
+        pos, _ = it.start("s")
+        seen = set()
+        for _ in range(ABANDON_LIMIT + 2):
+            budget = Budget(cpu_ms=5_000, memory_bytes=mib) if given else None
+            new, effects = it.drive(pos, "e", budget=budget)
+            seen.add((new.to_bytes(), tuple((type(e).__name__, getattr(e, "label", None)) for e in effects)))
+        assert len(seen) == 1, seen   # the same drive, the same answer, every time
+        results[static_path] = seen.pop()
+    assert results[True] == results[False]
+    assert results[True][1] == (("Log", "big"), ("Log", "error.execution"))

@@ -154,6 +154,16 @@ class Budget:
             held[key] = nbytes
             self.charge(grown)
 
+    def memory_mark(self) -> tuple[int, dict[str, int] | None]:
+        """What the budget has counted of memory so far, for :meth:`rewind_memory`."""
+        return self.used_bytes, None if self._held is None else dict(self._held)
+
+    def rewind_memory(self, mark: tuple[int, dict[str, int] | None] | None) -> None:
+        """Forget the memory counted since ``mark`` (``None``: since the start), for work
+        that is thrown away and done again: counted twice, a value the drive brings out
+        once would cost it twice. The CPU spent stays spent."""
+        self.used_bytes, self._held = mark if mark is not None else (0, None)
+
     def check_items(self, count: int) -> None:
         """Raise :class:`BudgetSpent` when a drive holds more than ``max_items`` events and effects."""
         if self.max_items is not None and count > self.max_items:

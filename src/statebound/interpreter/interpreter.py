@@ -257,10 +257,16 @@ class Interpreter:
                     return advance(position, fast), ()
             if fast is not None and fast is not _UNKNOWN:
                 # stepping aside, the plan hands back what it spent: the full macrostep goes
-                # on with that budget, so one drive never gets two
+                # on with that budget, so one drive never gets two. Its CPU only: the memory
+                # it counted, the full macrostep brings out again, and counted twice a drive
+                # was refused on the plan's path that passed on the full one (and so after
+                # ABANDON_LIMIT drives, or in a process that had dropped the plan).
+                mark = None if budget is None else budget.memory_mark()
                 done, budget = self._run_plan(fast, position, name, ev, budget)
                 if done is not None:
                     return done
+                if budget is not None:
+                    budget.rewind_memory(mark)
         if ev is None:
             ev = self._events.get(name) or self._named(name)
         if budget is not None or self._loops:
