@@ -834,3 +834,88 @@ def test_fast_constructors_build_what_the_dataclasses_build():
     assert log == Log(label="lbl", value=[1], macrostep=3, microstep=2, round=1)
     with pytest.raises(AttributeError):
         log.label = "other"  # type: ignore[misc]
+
+
+# --------------------------------------------------------------------------- values that cannot travel
+
+def _errors(effects) -> list[str]:
+    return [str(e.value) for e in effects if isinstance(e, Log) and e.label == "error.execution"]
+
+
+def test_foreach_over_a_set_is_an_error_not_an_order_of_hashes():
+    # a set's order is its hashes' (PYTHONHASHSEED): the same drive stored a different item
+    # in each process
+    c = chart("""<datamodel><data id="t" expr="None"/></datamodel>
+      <state id="a"><transition event="go" target="b">
+        <foreach array="_event.data" item="t"/></transition></state><state id="b"/>""",
+              'datamodel="python" initial="a"')
+    it = sb.Interpreter(c)
+    pos, _ = it.start()
+    new, effects = it.drive(pos, sb.Event("go", data=frozenset({"alpha", "beta", "gamma"})))
+    assert new.datamodel["t"] is None
+    assert any("is a set" in e for e in _errors(effects))
+    new, _ = it.drive(pos, sb.Event("go", data=["alpha", "beta"]))
+    assert new.datamodel["t"] == "beta"
+
+
+@pytest.mark.parametrize("param", ["lambda: 0", "'\\ud800'"])
+def test_donedata_a_store_cannot_hold_is_an_error_execution(param):
+    # done data travels like a send's data (to the parent, into rows): an unstorable value
+    # failed the parent's host call there, on every retry
+    c = chart(f"""<state id="p" initial="f"><final id="f"><donedata><param name="v" expr="{param}"/></donedata></final>
+        <transition event="done.state.p" target="got"/></state>
+      <state id="got"><onentry><log label="data" expr="repr(_event.data)"/></onentry></state>""",
+              'datamodel="python" initial="p"')
+    pos, effects = sb.Interpreter(c).start()
+    assert pos.configuration == frozenset({"got"})
+    assert [e.value for e in effects if isinstance(e, Log) and e.label == "data"] == ["None"]
+    assert any("donedata" in e for e in _errors(effects))
+
+
+@pytest.mark.parametrize("delay", ["", ' delay="1s"'])
+def test_a_send_whose_eventexpr_is_empty_is_an_error_at_the_send(delay):
+    # kept as a row, the nameless event failed at its fire, after the chart could hear of it
+    c = chart(f"""<state id="a"><transition event="go"><send eventexpr="''"{delay}/></transition>
+        <transition event="error.execution" target="b"/></state><state id="b"/>""",
+              'datamodel="python" initial="a"')
+    it = sb.Interpreter(c)
+    pos, _ = it.start()
+    new, effects = it.drive(pos, "go")
+    assert new.configuration == frozenset({"b"})
+    assert not [e for e in effects if type(e).__name__ in ("Send", "SendDelayed")]
+
+
+@pytest.mark.parametrize("datamodel", ["python", "ecmascript"])
+def test_start_data_with_a_lone_surrogate_is_refused_like_a_nested_one(datamodel):
+    if datamodel == "ecmascript":
+        pytest.importorskip("quickjs")
+    c = chart('<datamodel><data id="v" expr="0"/></datamodel><state id="a"/>', f'datamodel="{datamodel}"')
+    it = sb.Interpreter(c)
+    for data in ({"v": "\ud800"}, {"v": ["ok", "\udfff"]}, {"other": "a\ud800"}):
+        with pytest.raises(sb.SerializationError):
+            it.start("s", data=data)
+    assert it.start("s", data={"v": "é"})[0].datamodel["v"] == "é"
+
+
+def test_python_chart_code_cannot_read_the_hash_seed_nor_store_an_address():
+    # a position must be the same bytes in every process: hash(str) follows PYTHONHASHSEED,
+    # and an error text with an object's address became event data a chart could store
+    c = chart("""<datamodel><data id="h" expr="0"/><data id="err" expr="''"/></datamodel>
+      <state id="a"><transition event="go">
+          <assign location="h" expr="hash('abc')"/>
+          <assign location="h" expr="[].index(lambda: 0)"/></transition>
+        <transition event="error.execution"><assign location="err" expr="_event.data['message']"/></transition>
+      </state>""", 'datamodel="python" initial="a"')
+    it = sb.Interpreter(c)
+    pos, _ = it.start()
+    new, effects = it.drive(pos, "go")
+    texts = _errors(effects)
+    assert len(texts) == 1 and "hash" in texts[0]   # the first assign failed, the block stopped there
+    assert new.datamodel["h"] == 0
+    c2 = chart("""<datamodel><data id="err" expr="''"/></datamodel>
+      <state id="a"><transition event="go"><assign location="err" expr="[].index(lambda: 0)"/></transition>
+        <transition event="error.execution"><assign location="err" expr="_event.data['message']"/></transition>
+      </state>""", 'datamodel="python" initial="a"')
+    it2 = sb.Interpreter(c2)
+    new, _ = it2.drive(it2.start()[0], "go")
+    assert "lambda" in new.datamodel["err"] and "0x" not in new.datamodel["err"]

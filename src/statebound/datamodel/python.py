@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import ast
 import builtins
+import re
 import string
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -29,7 +30,7 @@ from .budget import Budget
 
 __all__ = ["PythonDatamodel", "SAFE_BUILTINS"]
 
-_ALLOWED = ["abs", "all", "any", "bool", "bytes", "callable", "chr", "dict", "divmod", "enumerate", "filter", "float", "format", "frozenset", "getattr", "hasattr", "hash", "int", "isinstance", "issubclass", "iter", "len", "list", "map", "max", "min", "next", "ord", "pow", "range", "repr", "reversed", "round", "set", "slice", "sorted", "str", "sum", "tuple", "type", "zip", "True", "False", "None", "ArithmeticError", "AttributeError", "Exception", "IndexError", "KeyError", "LookupError", "NameError", "TypeError", "ValueError", "ZeroDivisionError"]
+_ALLOWED = ["abs", "all", "any", "bool", "bytes", "callable", "chr", "dict", "divmod", "enumerate", "filter", "float", "format", "frozenset", "getattr", "hasattr", "int", "isinstance", "issubclass", "iter", "len", "list", "map", "max", "min", "next", "ord", "pow", "range", "repr", "reversed", "round", "set", "slice", "sorted", "str", "sum", "tuple", "type", "zip", "True", "False", "None", "ArithmeticError", "AttributeError", "Exception", "IndexError", "KeyError", "LookupError", "NameError", "TypeError", "ValueError", "ZeroDivisionError"]
 _FORBIDDEN_ATTRS = frozenset({
     "gi_frame", "gi_code", "cr_frame", "cr_code", "ag_frame", "ag_code", "f_globals", "f_locals",
     "f_builtins", "f_back", "f_code", "tb_frame", "tb_next", "co_code", "func_globals", "mro",
@@ -374,8 +375,18 @@ def _fails(message: str) -> Callable[..., Any]:
     return failed
 
 
+#: An object's address in a repr (``<function f at 0x7f...>``): it differs between processes.
+_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
+
+
+def _why(exc: Exception) -> str:
+    """An exception as error.execution's text: without addresses, since the text becomes event
+    data a chart may store, and the same drive must store the same bytes in every process."""
+    return f"{type(exc).__name__}: {_ADDRESS.sub('', str(exc))}"
+
+
 def _failure(src: str, exc: Exception) -> EvaluationError:
-    return EvaluationError(f"{src!r}: {type(exc).__name__}: {exc}")
+    return EvaluationError(f"{src!r}: {_why(exc)}")
 
 
 def _evaluator(e: Expr, c: Any) -> Callable[[PythonContext], Any]:
@@ -467,7 +478,7 @@ def _assigner(e: Expr, c: Any) -> Callable[[PythonContext, Any], None]:
         try:
             exec(code, ns)
         except Exception as exc:
-            raise EvaluationError(f"cannot assign to {src!r}: {type(exc).__name__}: {exc}") from None
+            raise EvaluationError(f"cannot assign to {src!r}: {_why(exc)}") from None
         finally:
             ns.pop("_sb_value", None)
     return assign_path
@@ -563,7 +574,7 @@ class PythonContext:
             # system variable, and the checks below never run for a failed script
             ns.clear()
             ns.update(before)
-            raise EvaluationError(f"<script> failed: {type(exc).__name__}: {exc}") from None
+            raise EvaluationError(f"<script> failed: {_why(exc)}") from None
         finally:
             ns["__builtins__"] = SAFE_BUILTINS
         # what the system variables held before the script is what they were bound to: an

@@ -153,6 +153,11 @@ class ContentMixin:
         seq = ctx.evaluate(a.array)
         if isinstance(seq, (dict, str, bytes)) or not hasattr(seq, "__iter__"):
             raise EvaluationError(f"<foreach array={a.array.src!r}> is not an array")
+        if isinstance(seq, (set, frozenset)):
+            # a set's order is its hashes', which differ between processes: the same drive
+            # would store a different position in each
+            raise EvaluationError(f"<foreach array={a.array.src!r}> is a set, whose order differs between "
+                                  "processes; iterate a list (sorted(...), for one)")
         items = list(seq)  # iterate a shallow copy: the body may change the array
         for loc in (a.item, a.index):
             if loc is not None and not ctx.valid_location(loc):
@@ -246,12 +251,11 @@ class ContentMixin:
                 data = self._params(a.namelist, a.params)
             else:
                 data = None
-            check_serializable(data, "send data")
+            _check_storable(data, "send data")
             # a store keeps a delayed (or not yet delivered) event as UTF-8: a lone surrogate
             # failed the whole host call there, on every attempt, instead of this <send>
-            if (event is not None and not _text(event)) or (type(data) is str and not _text(data)):
-                raise EvaluationError("<send> event names and data must be text a store can hold "
-                                      "(no lone surrogates)")
+            if event is not None and not _text(event):
+                raise EvaluationError("<send> event names must be text a store can hold (no lone surrogates)")
         except EvaluationError as exc:
             exc.sendid = send_id  # type: ignore[attr-defined]
             raise
@@ -272,6 +276,10 @@ class ContentMixin:
         stamp = self.stamp()
         origin = f"#_scxml_{m.session_id}"  # type: ignore[attr-defined]
         name = event or ""
+        if not name and typ == SCXML_PROCESSOR:
+            # no session takes an event without a name: as a row, it failed at its fire, after
+            # the chart could have heard of it
+            raise _with_id(EvaluationError("<send> to an SCXML session needs a non-empty event name"), send_id)
         if typ == BASICHTTP_PROCESSOR and not target:
             self.raise_error("error.communication", "a Basic HTTP <send> needs a target URL", send_id)
             return
@@ -346,9 +354,9 @@ class ContentMixin:
             src = spec.src if spec.srcexpr is None else str(ctx.evaluate(spec.srcexpr))
             data = self._params(spec.namelist, spec.params)
             content = self._content(spec.content) if spec.content is not None else None
-            check_serializable(data, "invoke data")
+            _check_storable(data, "invoke data")
             if handler:
-                check_serializable(content, "invoke content")
+                _check_storable(content, "invoke content")
         except EvaluationError as exc:
             self.raise_error("error.execution", str(exc))
             return
@@ -389,9 +397,11 @@ class ContentMixin:
         if dd is None:
             return None
         try:
-            if dd.content is not None:
-                return self._content(dd.content)
-            return self._params((), dd.params)
+            data = self._content(dd.content) if dd.content is not None else self._params((), dd.params)
+            # done data travels like a send's: to the parent, into rows when the call keeps
+            # the event for later; a value no store can hold failed the parent's call there
+            _check_storable(data, "donedata")
+            return data
         except EvaluationError as exc:
             self.raise_error("error.execution", str(exc))
             return None
@@ -430,7 +440,7 @@ class ContentMixin:
             data = self.ctx.evaluate(spec.data)
         elif spec.namelist:
             data = self._params(spec.namelist, ())
-        check_serializable(data, "<sb:timeout> data")
+        _check_storable(data, "<sb:timeout> data")
         node = self.states[spec.state]
         send_id = f"sb.timeout.{node.id}.{spec.name}"
         if replacing is not None:
@@ -491,6 +501,13 @@ class ContentMixin:
                 self.arm_timeout(spec, delay, at, replacing=armed)
             except EvaluationError as exc:
                 self.raise_error("error.execution", str(exc))
+
+
+def _check_storable(value: Any, what: str) -> None:
+    """Raise :class:`EvaluationError` unless every store can hold ``value`` (as UTF-8 text too)."""
+    check_serializable(value, what)
+    if type(value) is str and not _text(value):
+        raise EvaluationError(f"{what} must be text a store can hold (no lone surrogates)")
 
 
 def _text(s: str) -> bool:

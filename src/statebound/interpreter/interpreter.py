@@ -47,6 +47,15 @@ def _check_start_data(data: Mapping[str, Any] | None, datamodel: str,
             check_serializable(v, f"start data {k!r}")
         except EvaluationError as exc:
             raise SerializationError(str(exc)) from None
+        if type(v) is str and not v.isascii():
+            # check_serializable passes a plain str unencoded (drives store many): here the
+            # chart never saw it, so refuse it, as a nested one is, instead of the first drive
+            # dropping it for an error.execution
+            try:
+                v.encode()
+            except UnicodeEncodeError:
+                raise SerializationError(f"start data {k!r} is not text a store can hold "
+                                         "(a lone surrogate)") from None
     if datamodel == "null":  # declared <data> fail as error.execution; anything else has nowhere to go
         extra = sorted(k for k in data if k not in declared)
         why = f"the null datamodel has no variables ({', '.join(map(repr, extra))})" if extra else None
