@@ -484,6 +484,32 @@ def test_a_failed_claim_still_restores_full_sync(tmp_path, monkeypatch, fail_at)
         assert levels == [2]
 
 
+def test_an_interrupt_just_after_the_switch_to_normal_still_restores_full_sync(tmp_path):
+    # Ctrl-C between the PRAGMA and the level being kept left the connection at NORMAL for
+    # good: every later commit of the store skipped its fsync, silently
+    class Interrupted:
+        def __init__(self, db):
+            self.db = db
+
+        def __getattr__(self, name):
+            return getattr(self.db, name)
+
+        def execute(self, sql, *args):
+            cur = self.db.execute(sql, *args)
+            if sql == "PRAGMA synchronous=NORMAL":
+                raise KeyboardInterrupt
+            return cur
+
+    with SQLiteStore(tmp_path / "interrupt.db") as store:
+        store.commit(Commit(timers_put=(timer("a", 1, 1),)))
+        real = store._db
+        store._db = Interrupted(real)
+        with pytest.raises(KeyboardInterrupt):
+            store.claim_due(100, 10, "n1", 1000)
+        store._db = real
+        assert real.execute("PRAGMA synchronous").fetchone()[0] == 2
+
+
 # --------------------------------------------------------------------------- equivalence
 
 

@@ -637,8 +637,10 @@ class SQLiteStore:
         ``lease_only``: the transaction writes nothing but claims (leases), so it commits
         without its own fsync (``synchronous=NORMAL`` for this commit only, ADR 0025)."""
         with self._lock, _map_sqlite_errors():
-            relaxed = self._relax_sync() if lease_only else None
+            relaxed: list[int] = []   # filled before the switch: see _relax_sync
             try:
+                if lease_only:
+                    self._relax_sync(relaxed)
                 # IMMEDIATE takes the write lock now, waiting up to the busy timeout; a
                 # deferred transaction that upgrades later gets SQLITE_BUSY at once, with no
                 # wait, if another process wrote in between. BEGIN is inside the try so
@@ -651,12 +653,14 @@ class SQLiteStore:
                 self._rollback()
                 raise
             finally:
-                if relaxed is not None:
-                    self._restore_sync(relaxed)
+                if relaxed:
+                    self._restore_sync(relaxed[0])
 
-    def _relax_sync(self) -> int | None:
-        """Switch this connection to ``synchronous=NORMAL`` if it is stricter; returns the
-        level to restore (``None``: already NORMAL or OFF, nothing to undo).
+    def _relax_sync(self, restore: list[int]) -> None:
+        """Switch this connection to ``synchronous=NORMAL`` if it is stricter, putting the
+        level to restore in ``restore`` first (left empty: already NORMAL or OFF). First,
+        so that an interrupt (Ctrl-C) landing just after the switch still finds the level
+        to restore: missed, every later commit of the connection skipped its fsync.
 
         The durability setting is the connection's, not a statement of the transaction, so it
         goes to the connection directly rather than through ``_execute`` (whose numbered
@@ -664,12 +668,12 @@ class SQLiteStore:
         the restore, so no other thread's commit runs at the relaxed level."""
         db = self._db
         if db is None:
-            return None
+            return
         level = int(db.execute("PRAGMA synchronous").fetchone()[0])
         if level <= 1:   # OFF (0) or NORMAL (1): a claim already commits without an fsync
-            return None
+            return
+        restore.append(level)
         db.execute("PRAGMA synchronous=NORMAL")
-        return level
 
     def _restore_sync(self, level: int) -> None:
         db = self._db
