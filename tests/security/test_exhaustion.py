@@ -14,6 +14,8 @@ from xml.sax.saxutils import quoteattr
 
 import pytest
 
+import statebound as sb
+
 from .helpers import CATCH, CATCH_PY, scxml
 
 
@@ -131,3 +133,19 @@ def test_a_static_delay_no_store_can_hold_is_refused_at_load(hostile, timer):
     body = f"<onentry>{timer}</onentry>" if where else timer
     out = hostile({"main.scxml": scxml(f'<state id="a">{body}</state>', attrs=SB)})
     out.assert_refused_at_load("(up to 2**53 ms)")
+
+
+def test_inline_children_nest_exactly_as_deep_as_documented():
+    # security.md: 8 levels of child charts below the root; the check was one off (9 loaded)
+    from statebound.chart.compiler import MAX_CHILD_NESTING
+
+    def nested(levels: int) -> str:
+        chart = '<final id="f"/>'
+        for _ in range(levels):
+            chart = f'<state id="s"><invoke><content>{scxml(chart)}</content></invoke></state>'
+        return scxml(chart)
+
+    assert MAX_CHILD_NESTING == 8
+    sb.Chart.from_scxml(nested(MAX_CHILD_NESTING))
+    with pytest.raises(sb.ChartValidationError, match="nested too deeply"):
+        sb.Chart.from_scxml(nested(MAX_CHILD_NESTING + 1))

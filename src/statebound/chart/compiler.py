@@ -45,6 +45,8 @@ _ID = re.compile(r"^[A-Za-z_][\w.\-:]*$")
 #: The longest delay accepted (2**53 ms, some 285,000 years): beyond it a due time is no
 #: longer an exact float or a safe integer for the stores, so it can only be a mistake.
 MAX_DELAY_MS = 2 ** 53
+#: How deeply invoked charts (inline ``<content>`` or ``src``) may nest below the root chart.
+MAX_CHILD_NESTING = 8
 
 
 def parse_duration(text: str) -> int | None:
@@ -585,7 +587,7 @@ class _Compiler:
         src = el.attrib.get("src")
         if src is None or not scxml:
             pass  # no src, or a handler's src: its input, never read as a chart
-        elif self.depth > 8:
+        elif self.depth >= MAX_CHILD_NESTING:
             self.problem(el, "invoked charts nested too deeply")
         elif self.budget.charts_left <= 0:  # read nothing more
             self.policy_broken = True
@@ -601,7 +603,7 @@ class _Compiler:
                           self.block(fins[0]) if fins else ())
 
     def subchart(self, el: El, name: str, at: El, base_path: str | None = None) -> Chart | None:
-        if self.depth > 8:
+        if self.depth >= MAX_CHILD_NESTING:
             self.problem(at, "invoked charts nested too deeply")
             return None
         try:
