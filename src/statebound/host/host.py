@@ -308,6 +308,10 @@ class Host:
              idempotency_key: str | None = None) -> Position:
         """Deliver an external event and everything it causes; returns the new position.
 
+        The position returned is the one this call's commit wrote. Outbox rows that commit
+        wrote are handed over right after it, in this call; what a handler answers then (a
+        result delivered to the chart) is a commit of its own, which :meth:`get` shows.
+
         :param idempotency_key: apply the event once per key (``Event(idempotency_key=...)``
             does the same). The key is recorded in the same commit as the event; a repeat
             with the same event and data writes nothing and returns the instance's current
