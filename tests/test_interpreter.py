@@ -919,3 +919,16 @@ def test_python_chart_code_cannot_read_the_hash_seed_nor_store_an_address():
     it2 = sb.Interpreter(c2)
     new, _ = it2.drive(it2.start()[0], "go")
     assert "lambda" in new.datamodel["err"] and "0x" not in new.datamodel["err"]
+
+
+@pytest.mark.parametrize("datamodel", ["python", "ecmascript"])
+def test_foreach_item_that_is_a_path_declares_no_variable_named_after_it(datamodel):
+    if datamodel == "ecmascript":
+        pytest.importorskip("quickjs")
+    c = chart("""<datamodel><data id="n" expr="0"/></datamodel>
+      <state id="a"><transition event="go"><foreach array="[1, 2]" item="a.b"/></transition></state>""",
+              f'datamodel="{datamodel}"')
+    it = sb.Interpreter(c)
+    new, effects = it.drive(it.start()[0], "go")
+    assert dict(new.datamodel) == {"n": 0}
+    assert len(_errors(effects)) == 1

@@ -163,7 +163,9 @@ class ContentMixin:
             if loc is not None and not ctx.valid_location(loc):
                 raise EvaluationError(f"<foreach> {loc.src!r} is not a valid variable name")
         for loc in (a.item, a.index):
-            if loc is not None and not ctx.is_declared(loc):
+            # only a plain name is declared: a path (``a.b``) became a variable of that very
+            # name, stored beside the error its assignment then raised
+            if loc is not None and not ctx.is_declared(loc) and loc.src.strip().replace("$", "_").isidentifier():
                 ctx.declare(loc.src.strip(), None)
         for i, v in enumerate(items):
             self.check_items()
