@@ -258,6 +258,23 @@ class StoreContract:
         create(store, "a", blob=b"again")
         assert (store.load("a").version, store.load("a").blob) == (1, b"again")
 
+    def test_a_tombstone_purges_rows_and_history_is_not_listed_and_is_written_over(self, store):
+        # ADR 0028: the host deletes by writing a tombstone (status DELETED); the next
+        # instance of the id is an update of it, so versions go on
+        from statebound.host.store import DELETED
+        create(store, "a", timers_put=[timer("a", 1, 10)])
+        create(store, "b")
+        store.commit(Commit(writes=(PositionWrite("a", "chart", 1, b"tomb", DELETED),)))
+        rec = store.load("a")
+        assert (rec.version, rec.status, rec.blob) == (2, DELETED, b"tomb")
+        assert store.get_timer(("a", 1)) is None and store.pending_timers("a") == []
+        assert [r.instance_id for r in store.list_positions()] == ["b"]
+        assert [r.instance_id for r in store.list_positions("chart", after="a")] == ["b"]
+        store.commit(Commit(writes=(update("a", 2, blob=b"again"),), timers_put=(timer("a", 2, 10),)))
+        assert (store.load("a").version, store.load("a").blob) == (3, b"again")
+        assert sorted(r.instance_id for r in store.list_positions()) == ["a", "b"]
+        assert keys(store.pending_timers("a")) == [("a", 2)]
+
     # ------------------------------------------------------------------ timer rows
 
     def test_timer_row_round_trips_every_field(self, store):

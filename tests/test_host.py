@@ -354,7 +354,11 @@ def test_delete_purges_position_timers_and_children(sq):
     con = sqlite3.connect(path)
     try:
         assert con.execute("SELECT count(*) FROM timers").fetchone()[0] == 0
-        assert [r[0] for r in con.execute("SELECT instance_id FROM positions")] == ["bystander"]
+        # what is left of P and its child is a tombstone each: no blob of theirs, no rows
+        assert sorted(con.execute("SELECT instance_id, status FROM positions")) == [
+            ("P", "deleted"), ("P::kid", "deleted"), ("bystander", "running")]
+        assert all(blob.startswith(b"SBDELETED") for (blob,) in con.execute(
+            "SELECT blob FROM positions WHERE status = 'deleted'"))
     finally:
         con.close()
     clock.advance(60_000)
@@ -372,7 +376,9 @@ def test_delete_on_memory_store():
     host.send("P", "go")
     host.delete("P")
     assert not host.exists("P") and not host.exists("P::kid")
-    assert host.store._timers == {} and host.store._positions == {}
+    assert host.store._timers == {}
+    assert {i: r.status for i, r in host.store._positions.items()} == {"P": "deleted", "P::kid": "deleted"}
+    assert host.store.list_positions() == []
 
 
 # ----------------------------------------------------------------------------- liveness at fire

@@ -649,11 +649,12 @@ class RepeatingClient:
         return twice
 
 
-@pytest.mark.parametrize("op", ["delete_item", "transact_write_items"])
+@pytest.mark.parametrize("op", ["put_item", "transact_write_items"])
 def test_a_retried_delete_that_already_landed_reports_success(mock_client, table, op):
     """In-process moto: a delete sent twice (its first answer lost) finds, the second time,
-    nothing to delete; the host used to reload and raise InstanceNotFound for an instance it
-    had just deleted. Without timers the delete is one DeleteItem, with one a transaction."""
+    its condition failed by its own write; the host used to reload and raise InstanceNotFound
+    for an instance it had just deleted. Without timers the delete is one PutItem (of the
+    tombstone, ADR 0028), with one a transaction."""
     import statebound as sb
     chart = sb.Chart.from_scxml(
         '<scxml xmlns="http://www.w3.org/2005/07/scxml" version="1.0" datamodel="python" name="t" '
@@ -665,7 +666,8 @@ def test_a_retried_delete_that_already_landed_reports_success(mock_client, table
     if op == "transact_write_items":
         host.send("a", "arm")
     host.delete("a")
-    assert host.store.load("a") is None and table_items(mock_client, table) == []
+    assert not host.exists("a") and host.store.load("a").status == "deleted"
+    assert [i["sk"]["S"] for i in table_items(mock_client, table) if i["pk"]["S"] == "a"] == ["P"]  # the tombstone
     with pytest.raises(sb.InstanceNotFound):   # a delete of an instance that is not there still says so
         host.delete("a")
 

@@ -10,7 +10,7 @@ import argparse
 from typing import Any
 
 from ..exceptions import InstanceNotFound
-from ..host.store import HistoryRecord
+from ..host.store import HistoryRecord, live
 from ._base import EXIT_ERROR, emit, iso_ms, jsonable
 from ._store import open_host, open_store
 
@@ -73,7 +73,7 @@ def cmd_history(args: argparse.Namespace) -> int:
         if not page:
             break
         records.extend(page)
-    if not records and store.load(args.id) is None:
+    if not records and live(store.load(args.id)) is None:
         raise InstanceNotFound(args.id)
     data: list[dict[str, Any]] = [jsonable(r.to_dict()) for r in records]
     head = f"{args.id}: {len(records)} record(s)" if records else \

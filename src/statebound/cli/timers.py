@@ -19,7 +19,7 @@ from typing import Any
 
 from .. import SystemClock, Sweeper
 from ..exceptions import InstanceNotFound
-from ..host.store import TimerRow
+from ..host.store import TimerRow, live
 from ._base import EXIT_INTERRUPTED, EXIT_NOT_FOUND, EXIT_USAGE, CliError, emit, iso_ms, timer_dict
 from ._store import is_digits, open_host, open_store
 
@@ -88,7 +88,7 @@ def cmd_timers(args: argparse.Namespace) -> int:
         return 0
     if args.id is None:
         raise CliError("timers needs an instance ID, or one of --due-before, --window, --dead", EXIT_USAGE)
-    if store.load(args.id) is None:
+    if live(store.load(args.id)) is None:
         raise InstanceNotFound(args.id)
     listed = [timer_dict(r) for r in store.pending_timers(args.id)]
     emit(args, listed, "\n".join(_row_line(t, instance=False) for t in listed) or f"{args.id}: no pending timers")

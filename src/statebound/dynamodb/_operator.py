@@ -36,7 +36,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from ..exceptions import ConflictError
-from ..host.store import (CLAIMED, DONE, PENDING, HistoryRecord, PositionRecord, TimerRow, pack_history,
+from ..host.store import (CLAIMED, DELETED, DONE, PENDING, HistoryRecord, PositionRecord, TimerRow, pack_history,
                           unpack_history)
 from . import _codec as codec
 from ._codec import B, N, S
@@ -159,9 +159,10 @@ def list_positions(self: DynamoStore, chart: str | None = None, *, after: str | 
     """
     if limit <= 0:
         return []
-    names = {"#sk": "sk"}
-    values = {":position": S(codec.POSITION_SK)}
-    expr = "#sk = :position"
+    # a deleted instance's tombstone (ADR 0028) is no instance
+    names = {"#sk": "sk", "#status": "status"}
+    values = {":position": S(codec.POSITION_SK), ":deleted": S(DELETED)}
+    expr = "#sk = :position AND #status <> :deleted"
     if chart is not None:
         names["#chart"] = "chart"
         values[":chart"] = S(chart)

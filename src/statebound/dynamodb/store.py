@@ -67,7 +67,7 @@ from botocore.exceptions import ClientError
 
 from ..exceptions import ConflictError, InvalidArgument, ItemTooLarge, StateboundError, StoreError
 from ..host.store import (CLAIMED, DEAD, DONE, PENDING, WAITING, Commit, PositionRecord, PositionWrite,
-                          TimerCompletion, TimerKey, TimerRow, commit_instance_ids)
+                          TimerCompletion, TimerKey, TimerRow, commit_instance_ids, purges)
 from . import _batch
 from . import _codec as codec
 from . import _operator, _table
@@ -299,7 +299,7 @@ class DynamoStore:
         token = uuid.uuid4().hex
         purged: dict[TimerKey, str] = {}
         for w in commit.writes:
-            if w.blob is None:
+            if purges(w):
                 purged.update(self._timer_states(w.instance_id))
         deferred: list[TimerKey] = []
         if (len(commit.writes) == 1 and not commit.timers_put and not commit.timers_delete
@@ -557,7 +557,7 @@ class DynamoStore:
             # Whoever deletes, the history goes: a host without history= may delete what
             # another recorded, and a later instance of the same id would read it as its own
             # (an erasure that kept the data). One Query per delete.
-            if w.blob is None:
+            if purges(w):
                 _operator.purge_history(self, w.instance_id)
 
     def _delete_quietly(self, keys: list[TimerKey]) -> None:

@@ -24,6 +24,7 @@ from ..events import Event
 from ..exceptions import BudgetExceeded, ChartError, SerializationError, StateboundError
 from ..interpreter import Position
 from ..interpreter.state import RUNNING
+from . import tombstone
 from .routing import child_instance_id, stamp
 from .runner import fetch, load
 from .unit import Entry, Unit
@@ -46,17 +47,22 @@ def start_instance(h: Host, u: Unit, instance_id: str, chart: Chart, data: Mappi
     record = existing.record if existing is not None else None
     if existing is None and parent is not None:
         record = fetch(h, u, instance_id)  # a leftover child is replaced, not duplicated
+    # over a deleted instance's tombstone, its ordinals go on: no row key, outbox key or
+    # invoke token of the old instance is ever this one's
+    after = tombstone.last_ordinal(record) if record is not None else 0
     e = Entry(record, None, chart.name, [], parent)
     if h.history is not None:
         e.steps, e.started = [], {"data": dict(data) if data is not None else None, "parent": parent,
                                   "invokeid": invokeid}
+        if after:   # (replay starts from the same ordinal)
+            e.started["ordinal"] = after
     u.entries[instance_id] = e
     seed = stamp(h, u, Position(interp.chart, instance_id, RUNNING, ()))
     u.starts += 1
     pos, effects = interp.start(instance_id, data, parent=parent, invokeid=invokeid, routes=seed.routes,
                                 ioprocessors=seed.ioprocessors, caller_context=caller_context,
                                 only_declared=parent is not None, invokers=seed.invokers,
-                                budget=u.budget)
+                                budget=u.budget, ordinal=after)
     e.position, e.dirty = pos, True
     h._apply(u, instance_id, effects, caller_context)
 

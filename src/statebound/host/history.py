@@ -28,7 +28,7 @@ from ..exceptions import InvalidArgument, StateboundError
 from ..interpreter import Position
 from ..position import import_
 from .routing import stamp
-from .store import SUSPENDED, HistoryRecord, PositionWrite
+from .store import SUSPENDED, HistoryRecord, PositionWrite, live, purges
 from .unit import Entry, Unit
 
 if TYPE_CHECKING:
@@ -102,7 +102,7 @@ def records(p: HistoryPolicy, u: Unit, writes: list[PositionWrite], now_ms: int)
     out = []
     for w in writes:
         e = u.entries.get(w.instance_id)
-        if w.blob is None or e is None or e.steps is None or e.position is None:
+        if purges(w) or e is None or e.steps is None or e.position is None:
             continue
         ctx = next((s["context"] for s in e.steps if "context" in s), u.call.get("caller_context"))
         call = {k: v for k, v in u.call.items() if k != "caller_context" and v is not None}
@@ -153,7 +153,7 @@ def replay(host: Host, instance_id: str) -> ReplayReport:
     against the sessions that exist now, which is where a replay can differ from the
     original run; everything else is the deterministic interpreter.
     """
-    rec = host.store.load(instance_id)
+    rec = live(host.store.load(instance_id))
     history = _all(host, instance_id)
     if rec is None:
         return ReplayReport(instance_id, False, 0, "the instance does not exist")
@@ -182,7 +182,7 @@ def replay(host: Host, instance_id: str) -> ReplayReport:
                 pos, _ = interp.start(instance_id, s.get("data"), parent=s.get("parent"), invokeid=s.get("invokeid"),
                                       routes=seed.routes, ioprocessors=seed.ioprocessors,
                                       caller_context=r.caller_context, only_declared=s.get("parent") is not None,
-                                      invokers=seed.invokers)
+                                      invokers=seed.invokers, ordinal=s.get("ordinal", 0))
             elif r.kind == "migrate" and pos is not None:
                 pos = import_(pos.export(), chart, mapping=(r.start or {}).get("mapping"))
             assert pos is not None

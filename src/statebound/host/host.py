@@ -60,7 +60,7 @@ from .migration import MigrationResult
 from .outbox import Outbox, check_invokers, check_processors
 from .processors import InvokeHandler, SendProcessor
 from .routing import child_instance_id
-from .store import CLAIMED, PENDING, SUSPENDED, TIMER, KeyRecord, Store, TimerRow, check_instance_id
+from .store import CLAIMED, PENDING, SUSPENDED, TIMER, KeyRecord, Store, TimerRow, check_instance_id, live
 from .unit import AlreadyDone as _AlreadyDone
 from .unit import Entry as _Entry
 from .unit import FireResult
@@ -466,14 +466,14 @@ class Host:
 
         :raises InstanceNotFound: no such instance.
         """
-        rec = self.store.load(instance_id)
+        rec = live(self.store.load(instance_id))
         if rec is None:
             raise InstanceNotFound(instance_id)
         return runner.decode(self, instance_id, rec.blob, rec.chart)
 
     def exists(self, instance_id: str) -> bool:
         """Whether the instance exists."""
-        return self.store.load(instance_id) is not None
+        return live(self.store.load(instance_id)) is not None
 
     def delete(self, instance_id: str) -> None:
         """Purge the instance, its timer rows and (recursively) its invoked children.
@@ -584,7 +584,7 @@ class Host:
     def is_suspended(self, instance_id: str) -> bool:
         """Whether the instance is suspended (``False`` if it does not exist)."""
         rec = self.store.load(instance_id)
-        return rec is not None and rec.status == SUSPENDED
+        return rec is not None and rec.status == SUSPENDED   # (a tombstone's status is DELETED)
 
     def pending_timers(self, instance_id: str) -> list[TimerRow]:
         """The instance's timer and outbox rows that have not completed (pending, claimed,

@@ -12,8 +12,8 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from ..exceptions import ConflictError, StateboundError
-from .store import (CLAIMED, DEAD, DONE, PENDING, SUSPENDED, Commit, HistoryRecord, PositionRecord, TimerCompletion,
-                    TimerKey, TimerRow, check_instance_id, commit_instance_ids)
+from .store import (CLAIMED, DEAD, DELETED, DONE, PENDING, SUSPENDED, Commit, HistoryRecord, PositionRecord, TimerCompletion,
+                    TimerKey, TimerRow, check_instance_id, commit_instance_ids, purges)
 
 __all__ = ["MemoryStore"]
 
@@ -97,11 +97,12 @@ class MemoryStore:
 
     def _apply(self, commit: Commit) -> None:
         for w in commit.writes:
-            if w.blob is None:
-                self._positions.pop(w.instance_id, None)
+            if purges(w):
                 self._history.pop(w.instance_id, None)
                 for k in [k for k in self._timers if k[0] == w.instance_id]:
                     del self._timers[k]
+            if w.blob is None:
+                self._positions.pop(w.instance_id, None)
                 continue
             version = 1 if w.expected_version is None else w.expected_version + 1
             self._positions[w.instance_id] = PositionRecord(
@@ -248,7 +249,8 @@ class MemoryStore:
             return []
         with self._lock:
             ids = sorted(i for i, r in self._positions.items()
-                         if (after is None or i > after) and (chart is None or r.chart == chart))
+                         if (after is None or i > after) and (chart is None or r.chart == chart)
+                         and r.status != DELETED)
             return [self._positions[i] for i in ids[:limit]]
 
     def instance_ids(self) -> list[str]:

@@ -24,7 +24,7 @@ from ..chart.model import Chart
 from ..exceptions import ConflictError, PositionError, StateboundError
 from ..interpreter import Position
 from ..position import ChartDiff, diff, import_, read_header
-from .store import Commit, HistoryRecord, PositionRecord, PositionWrite
+from .store import Commit, HistoryRecord, PositionRecord, PositionWrite, live
 
 if TYPE_CHECKING:
     from .host import Host
@@ -85,7 +85,7 @@ def migrate(host: Host, instance_id: str, chart: Chart, *, mapping: Mapping[str,
     calls that use the same ``mapping``."""
     diffs = {} if diffs is None else diffs
     for _ in range(host.max_conflict_retries):
-        rec = host.store.load(instance_id)
+        rec = live(host.store.load(instance_id))
         if rec is None:
             return MigrationResult(instance_id, GONE, "deleted since it was listed")
         try:

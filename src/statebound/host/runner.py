@@ -24,7 +24,8 @@ from ..exceptions import ConflictError, InstanceExists
 from ..interpreter import Position
 from . import history as history_mod
 from .routing import offer, restamp
-from .store import (CLAIMED, DEAD, DONE, PENDING, SUSPENDED, Commit, PositionRecord, PositionWrite,
+from . import tombstone
+from .store import (CLAIMED, DEAD, DELETED, DONE, PENDING, SUSPENDED, Commit, PositionRecord, PositionWrite,
                     TimerCompletion, TimerKey, TimerRow)
 from .unit import AlreadyDone, Entry, Unit
 from .wakeup import wakeups_for
@@ -152,8 +153,12 @@ def build_commit(h: Host, u: Unit, completion: TimerCompletion | None) -> Commit
     for iid, e in u.entries.items():
         if e.deleted:
             deleted.add(iid)
-            if e.record is not None:
-                writes.append(PositionWrite(iid, e.chart_name, e.record.version, None, "deleted"))
+            rec = e.record
+            if rec is not None and rec.status != DELETED:   # (a tombstone loaded stays as it is)
+                # a tombstone, not an erasure: the id's next instance goes on from this
+                # version and ordinal (tombstone.py)
+                last = e.position.ordinal if e.position is not None else 0
+                writes.append(PositionWrite(iid, e.chart_name, rec.version, tombstone.blob(last), DELETED))
             continue
         if not e.dirty:
             if e.decoded and e.record is not None:   # kept now, not at the load: most loads are rewritten
@@ -186,8 +191,10 @@ def load(h: Host, u: Unit, instance_id: str) -> Entry | None:
     if e is not None:
         return None if e.deleted else e
     rec = fetch(h, u, instance_id)
-    if rec is None:
+    if rec is None or rec.status == DELETED:
         u.missing.add(instance_id)
+        if rec is not None:   # a deleted instance's tombstone: kept for a start on its id
+            u.entries[instance_id] = Entry(rec, None, rec.chart, [], None, deleted=True)
         return None
     chart = h._chart_for_blob(rec.chart, rec.blob)
     pos = h._decoded.get(instance_id, rec.blob, chart)

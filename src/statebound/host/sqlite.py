@@ -44,9 +44,9 @@ from typing import Any
 import msgpack
 
 from ..exceptions import ConflictError, InvalidArgument, StateboundError, StoreError, StoreUnavailable
-from .store import (CLAIMED, DEAD, DONE, PENDING, SUSPENDED, TIMER, Commit, HistoryRecord, KeyRecord, PositionRecord,
+from .store import (CLAIMED, DEAD, DELETED, DONE, PENDING, SUSPENDED, TIMER, Commit, HistoryRecord, KeyRecord, PositionRecord,
                     PositionWrite, TimerCompletion, TimerKey, TimerRef, TimerRow, check_instance_id, commit_instance_ids,
-                    make_timer_row, pack_field, pack_history, unpack_field, unpack_history)
+                    make_timer_row, pack_field, pack_history, purges, unpack_field, unpack_history)
 
 __all__ = ["SQLiteStore", "SCHEMA_VERSION", "MAX_TIMEOUT_S"]
 
@@ -408,7 +408,7 @@ def _refused_before_writing(commit: Commit) -> bool:
     Timer rows put or deleted and history records come after the position write and can
     fail (a key past 64 bits), so they need a savepoint."""
     writes = commit.writes
-    return ((not writes or (len(writes) == 1 and writes[0].blob is not None))
+    return ((not writes or (len(writes) == 1 and not purges(writes[0])))
             and not commit.timers_put and not commit.timers_delete and not commit.history)
 
 
@@ -417,7 +417,7 @@ def _plain_update(commit: Commit) -> bool:
     completes its row, which ``commit_many`` checks before and does after): a plain event's
     or fire's, whose one statement either lands or refuses it."""
     writes = commit.writes
-    return (len(writes) == 1 and writes[0].blob is not None and writes[0].expected_version is not None
+    return (len(writes) == 1 and not purges(writes[0]) and writes[0].expected_version is not None
             and not commit.timers_put and not commit.timers_delete and not commit.history)
 
 
@@ -781,7 +781,7 @@ class SQLiteStore:
         one chart (a filter on the key range: there is no index by chart)."""
         if limit <= 0:
             return []
-        where, params = ["instance_id > ?"], [after if after is not None else ""]
+        where, params = ["instance_id > ?", f"status != '{DELETED}'"], [after if after is not None else ""]
         if chart is not None:
             where.append("chart = ?")
             params.append(chart)
@@ -995,7 +995,7 @@ class SQLiteStore:
         purged: list[str] = []
         for w, packed in writes:
             self._write_position(w, packed)
-            if w.blob is None:
+            if purges(w):
                 purged.append(w.instance_id)
         for instance_id in purged:
             self._execute("DELETE FROM timers WHERE instance_id = ?", (instance_id,))

@@ -58,8 +58,8 @@ __all__ = [
     "TimerRef", "KeyRecord", "PositionRecord", "TimerRow", "TimerKey", "PositionWrite", "HistoryRecord",
     "pack_history", "unpack_history",
     "TimerCompletion", "Commit", "Store", "BatchStore", "pack_field", "unpack_field", "check_instance_id",
-    "commit_instance_ids", "make_timer_row",
-    "PENDING", "CLAIMED", "WAITING", "DEAD", "DONE", "SUSPENDED", "TIMER", "SEND", "INVOKE", "CANCEL", "ROW_KINDS",
+    "commit_instance_ids", "make_timer_row", "purges", "live",
+    "DELETED", "PENDING", "CLAIMED", "WAITING", "DEAD", "DONE", "SUSPENDED", "TIMER", "SEND", "INVOKE", "CANCEL", "ROW_KINDS",
 ]
 
 
@@ -114,6 +114,12 @@ DONE = "done"
 #: sweep sees it, and listed by ``pending_timers`` like any unfinished row. Also the
 #: ``status`` of a suspended instance's position record (its blob still says running).
 SUSPENDED = "suspended"
+#: The ``status`` of a deleted instance's record, its **tombstone**: it keeps the id's last
+#: version and (in a blob only the host reads) its last ordinal, and nothing else, so that a
+#: new instance of the same id goes on from them instead of starting again at version 1 and
+#: ordinal 1 (ADR 0028). A tombstone is no instance: the host treats it as not found, and
+#: ``list_positions`` leaves it out. Writing one purges the instance's rows and history.
+DELETED = "deleted"
 
 #: Row kinds: what firing the row does (see the module docstring).
 TIMER = "timer"
@@ -281,8 +287,9 @@ class PositionWrite:
 
     :ivar expected_version: the version loaded; ``None`` means the record must not exist
         yet (a create). The backend raises ``ConflictError`` when it does not match.
-    :ivar blob: the new blob, or ``None`` to delete the instance and purge all its
-        timer rows (the ones it scheduled).
+    :ivar blob: the new blob, or ``None`` to delete the record outright. A ``None`` blob
+        or a ``status`` of :data:`DELETED` (a tombstone) also purges all the instance's
+        timer rows (the ones it scheduled) and its history: see :func:`purges`.
     :ivar timers: the instance's pending timer refs after this commit.
     :ivar idempotency: the instance's retained idempotency keys after this commit (the
         whole list: a write replaces it).
@@ -296,6 +303,17 @@ class PositionWrite:
     timers: tuple[TimerRef, ...] = ()
     parent: str | None = None
     idempotency: tuple[KeyRecord, ...] = ()
+
+
+def purges(w: PositionWrite) -> bool:
+    """Whether a store applying ``w`` purges the instance's rows and history with it: a
+    delete (``blob`` ``None``) or a tombstone (``status`` :data:`DELETED`)."""
+    return w.blob is None or w.status == DELETED
+
+
+def live(rec: PositionRecord | None) -> PositionRecord | None:
+    """``rec``, or ``None`` for no record or a tombstone (a deleted instance)."""
+    return None if rec is None or rec.status == DELETED else rec
 
 
 @fast_init
@@ -489,7 +507,8 @@ class Store(Protocol):
         """Up to ``limit`` stored instances (of chart ``chart``, or all), in the backend's own
         stable order, starting after instance ``after``: pass the last id returned to page on.
         For batch jobs such as bulk migration; the records may be slightly stale (commit
-        against their version, and reload on a conflict)."""
+        against their version, and reload on a conflict). Tombstones (:data:`DELETED`) are
+        left out."""
         ...
 
     def get_timer(self, key: TimerKey) -> TimerRow | None:

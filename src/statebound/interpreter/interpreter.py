@@ -166,7 +166,7 @@ class Interpreter:
               parent: str | None = None, invokeid: str | None = None, routes: Any = None,
               ioprocessors: Mapping[str, Any] | None = None, caller_context: Any = None,
               only_declared: bool = False, invokers: Any = None,
-              budget: Budget | None = None) -> tuple[Position, tuple[Effect, ...]]:
+              budget: Budget | None = None, ordinal: int = 0) -> tuple[Position, tuple[Effect, ...]]:
         """Start a session: initialise the datamodel, enter the initial configuration.
 
         :param session_id: the ``_sessionid`` (hosts use the instance id).
@@ -179,6 +179,9 @@ class Interpreter:
         :param routes, ioprocessors, invokers: the per-driver fields (see :class:`Position`).
         :param budget: the CPU and memory budget to spend (a host shares one across the
             drives of a call); a fresh one from the interpreter's limits by default.
+        :param ordinal: the last ordinal already used under this session id (a host starting
+            a new instance of a deleted one's id): the session's delayed sends and timeouts
+            are numbered after it.
         :return: the first position and the effects of the initial macrostep.
         :raises BudgetExceeded: the chart did not settle within ``max_rounds``, or ran out of
             its CPU or memory budget.
@@ -187,8 +190,10 @@ class Interpreter:
             declared = self._declared
             data = {k: v for k, v in data.items() if k in declared}
         start_data = _check_start_data(data, self.chart.datamodel, self._declared)
+        if type(ordinal) is not int or ordinal < 0:
+            raise InvalidArgument(f"ordinal must be an int >= 0, not {ordinal!r}")
         seed = Position(self.chart, session_id, RUNNING, (), parent=parent, invokeid=invokeid,
-                        routes=routes, ioprocessors=ioprocessors, invokers=invokers)
+                        routes=routes, ioprocessors=ioprocessors, invokers=invokers, ordinal=ordinal)
         budget = self._budget(budget)
         m = self._machine(seed, {}, caller_context, macrostep=0, budget=budget)
         m.start_data = start_data
