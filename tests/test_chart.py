@@ -832,3 +832,12 @@ def test_state_ids_starting_with_sb_are_reserved():
     with pytest.raises(sb.ChartValidationError, match="reserved"):
         sb.Chart.from_scxml('<scxml xmlns="http://www.w3.org/2005/07/scxml" version="1.0">'
                             '<state id="_sb_state3"/><state><state/></state></scxml>')
+
+
+@pytest.mark.parametrize("datamodel", ["python", "ecmascript"])
+def test_a_data_id_starting_with_two_underscores_is_refused_at_load(datamodel):
+    # no position holds such a variable: an ecmascript session that declared one committed
+    # and then could never be loaded again
+    with pytest.raises(sb.ChartValidationError, match="reserved"):
+        sb.Chart.from_scxml(f'<scxml xmlns="http://www.w3.org/2005/07/scxml" version="1.0" datamodel="{datamodel}">'
+                            '<datamodel><data id="__d" expr="1"/></datamodel><state id="a"/></scxml>')

@@ -543,6 +543,10 @@ class _Compiler:
     def data(self, el: El) -> DataSpec:
         if "id" not in el.attrib:
             self.problem(el, "<data> needs an id")
+        elif el.attrib["id"].startswith("__"):
+            # no position may hold such a variable (the datamodels keep the names to themselves):
+            # an ecmascript session that declared one could never be loaded again
+            self.problem(el, f"<data id={el.attrib['id']!r}>: names starting with '__' are reserved")
         self.exclusive(el, "expr", "src")
         body = el.children or el.all_text().strip()
         if body and ("expr" in el.attrib or "src" in el.attrib):

@@ -382,6 +382,12 @@ class Context(Protocol):
         """Evaluate an expression; raise :class:`EvaluationError` on failure."""
         ...
 
+    def evaluate_text(self, expr: Expr) -> str:
+        """Evaluate an expression and convert the value to a string as the datamodel's
+        language does (``str`` in Python, ``String(v)`` in ECMAScript), for the attributes
+        whose value names something (``eventexpr``, ``sendidexpr``, ``srcexpr``)."""
+        ...
+
     def cond(self, expr: Expr) -> bool:
         """Evaluate a condition to a bool; raise :class:`EvaluationError` on failure."""
         ...

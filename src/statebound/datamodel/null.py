@@ -45,6 +45,10 @@ class NullContext:
             raise EvaluationError(f"the null datamodel has no expressions ({expr.src!r})")
         return self.in_state(m.group(1))
 
+    def evaluate_text(self, expr: Expr) -> str:
+        """``In(id)``, as text."""
+        return str(self.evaluate(expr))
+
     def cond(self, expr: Expr) -> bool:
         """``In(id)`` conditions."""
         return bool(self.evaluate(expr))

@@ -537,6 +537,14 @@ class PythonContext:
         """Evaluate an expression in the namespace."""
         return self._dm._eval[expr.id](self)
 
+    def evaluate_text(self, expr: Expr) -> str:
+        """Evaluate an expression and convert it with ``str``."""
+        value = self._dm._eval[expr.id](self)
+        try:
+            return str(value)
+        except Exception as exc:   # a chart's object whose __str__ fails is the chart's error
+            raise EvaluationError(f"{expr.src!r}: {_why(exc)}") from None
+
     def cond(self, expr: Expr) -> bool:
         """Evaluate a condition."""
         return self._dm._cond[expr.id](self)

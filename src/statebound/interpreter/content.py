@@ -239,7 +239,7 @@ class ContentMixin:
             if a.idlocation is not None:
                 ctx.assign(a.idlocation, send_id)
         try:
-            event = a.event if a.eventexpr is None else str(ctx.evaluate(a.eventexpr))
+            event = a.event if a.eventexpr is None else ctx.evaluate_text(a.eventexpr)
             target = a.target if a.targetexpr is None else ctx.evaluate(a.targetexpr)
             typ = a.type if a.typeexpr is None else ctx.evaluate(a.typeexpr)
             delay: int | None
@@ -326,7 +326,7 @@ class ContentMixin:
 
     def cancel(self, a: CancelAction, owner: int) -> None:
         """``<cancel>``: a ``Cancel`` effect (the host deletes matching rows; no match is fine)."""
-        send_id = a.sendid if a.sendidexpr is None else self.ctx.evaluate(a.sendidexpr)
+        send_id = a.sendid if a.sendidexpr is None else self.ctx.evaluate_text(a.sendidexpr)
         m = self
         m.ordinal += 1  # type: ignore[attr-defined]
         self.effects.append(Cancel(send_id=str(send_id), c_index=a.c_index, owner=owner,
@@ -353,7 +353,7 @@ class ContentMixin:
                 raise EvaluationError(
                     f"<invoke type={typ!r}> names no invoke handler this host serves (it runs SCXML "
                     f"children itself); a host starts it once given one: Host(invokers={{{typ!r}: ...}})")
-            src = spec.src if spec.srcexpr is None else str(ctx.evaluate(spec.srcexpr))
+            src = spec.src if spec.srcexpr is None else ctx.evaluate_text(spec.srcexpr)
             data = self._params(spec.namelist, spec.params)
             content = self._content(spec.content) if spec.content is not None else None
             _check_storable(data, "invoke data")

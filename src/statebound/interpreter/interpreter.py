@@ -71,6 +71,8 @@ def _check_start_data(data: Mapping[str, Any] | None, datamodel: str,
 
 
 def _storable(name: str, value: Any) -> bool:
+    if not name or name.startswith("__") or name in SYSTEM_VARIABLES:
+        return False   # no position holds it (check_stored): the variable is dropped, never forced
     try:
         check_serializable({name: value})
         return True

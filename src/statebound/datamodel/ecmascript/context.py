@@ -11,7 +11,7 @@ import quickjs
 
 from ...chart.model import Assign, Chart, Expr, Foreach, If, Script
 from ...exceptions import EvaluationError, SerializationError
-from ..base import MAX_NESTING, SYSTEM_VARIABLES, too_deep
+from ..base import MAX_NESTING, SYSTEM_VARIABLES, check_stored, too_deep
 from ..budget import Budget
 from .limits import Limits, get_limits
 from .realm import Realm, acquire
@@ -45,6 +45,29 @@ def _walk_actions(block: Any) -> Any:
                 yield from _walk_actions(acts)
         elif isinstance(a, Foreach):
             yield from _walk_actions(a.actions)
+
+
+#: _refused_name's answers for short names (a chart makes up its globals' names: long ones,
+#: or too many, are not kept).
+_NAMES: dict[str, str | None] = {}
+
+
+def _refused_name(name: str) -> str | None:
+    """Why ``Position.from_bytes`` would refuse a variable named ``name`` (``None``: it would not).
+
+    Asked of :func:`~statebound.datamodel.base.check_stored` itself, so that no variable is
+    ever committed under a name the next load refuses (``""``, ``"__tmp"``).
+    """
+    try:
+        return _NAMES[name]
+    except KeyError:
+        pass
+    why = check_stored("ecmascript", {name: None})
+    if len(name) <= 64:
+        if len(_NAMES) >= 4096:
+            _NAMES.clear()
+        _NAMES[name] = why
+    return why
 
 
 def _failure(r: Any) -> str:
@@ -294,8 +317,19 @@ class EcmaScriptContext:
                 self.pending_event = _NOTHING
             except EvaluationError:
                 pass  # the realm starts without it; each read of _event then fails (see _runtime)
-        self._check(self._invoke("begin", self.session_id, self.name, iop, text if self.vars else None, special,
-                                 *event, realm.seed()), "the stored variables could not be loaded")
+        # Loading needs room of its own beside the values it makes: the JSON text, and what
+        # JSON.parse builds it up in. A commit never paid for that, so near the cap a value that
+        # committed would not load again, in any later drive. Loading is not chart code: it gets
+        # that room (two bytes a character, twice), and only while no chart code runs.
+        room = 4 * len(text) if self.vars else 0
+        try:
+            if room:
+                realm.heap(heap + room)
+            self._check(self._invoke("begin", self.session_id, self.name, iop, text if self.vars else None,
+                                     special, *event, realm.seed()), "the stored variables could not be loaded")
+        finally:
+            if room:
+                realm.heap(heap)
         if self.started:
             # Functions are code: re-create the chart's top-level ones, stored data wins.
             ids = self._ids(True) if dm.full_in else None
@@ -310,7 +344,11 @@ class EcmaScriptContext:
             self._invoke("code")
             self._invoke("drop")
             if self.vars:
-                self._check(self._invoke("install", text, special), "the stored variables could not be loaded")
+                try:
+                    realm.heap(heap + room)
+                    self._check(self._invoke("install", text, special), "the stored variables could not be loaded")
+                finally:
+                    realm.heap(heap)
 
     @staticmethod
     def _check(r: Any, what: str) -> None:
@@ -344,7 +382,11 @@ class EcmaScriptContext:
                 realm.cached(512 + 16 * len(src))
                 dm.compiled[kind][expr.id] = (realm.serial, key)
                 return key
-            bad = dm.failed[(kind, expr.id)] = f"{expr.src!r} does not compile: {r}"
+            bad = f"{expr.src!r} does not compile: {r[1:]}"
+            # Remembered for the chart only when the source is at fault: running out of memory
+            # (the heap this drive filled) or stack says nothing about the next drive.
+            if r[:1] == "s":
+                dm.failed[(kind, expr.id)] = bad
         raise EvaluationError(bad)
 
     def _script(self, script: Expr) -> tuple[int, str | None]:
@@ -397,7 +439,8 @@ class EcmaScriptContext:
         if isinstance(value, (JSValue, DataJSValue)):
             raise EvaluationError(f"{value} cannot be stored in the datamodel")
         if xml_source is not None and type(value) is str and value == xml_source:
-            return "xml", json.dumps(xml_tree(value)), False
+            # unescaped, as values.dumps writes them: the chart's XML cannot hold a lone surrogate
+            return "xml", json.dumps(xml_tree(value), ensure_ascii=False), False
         try:
             text, special = dumps(value)
         except (TypeError, ValueError, RecursionError) as exc:
@@ -418,6 +461,21 @@ class EcmaScriptContext:
     def evaluate(self, expr: Expr) -> Any:
         """Evaluate an expression (a location is read as a value)."""
         return self._result(self._invoke("eval", *self._ready(expr, "expr")), expr)
+
+    def evaluate_text(self, expr: Expr) -> str:
+        """Evaluate ``expr`` and convert the value to a string with ECMAScript's ToString, as
+        ``String(v)`` does (``undefined`` -> ``"undefined"``, ``[1, 2]`` -> ``"1,2"``, ``{}`` ->
+        ``"[object Object]"``), for attributes whose value names something (``eventexpr``,
+        ``sendidexpr``, ``srcexpr``).
+
+        The conversion runs in JS, on the drive's budget like any evaluation: a ``toString`` that
+        throws or loops past the time limit raises :class:`EvaluationError`, and so does a Symbol
+        (ToString refuses it; only an explicit ``String(sym)`` would describe it).
+        """
+        v = self._result(self._invoke("text", *self._ready(expr, "expr")), expr)
+        if type(v) is not str:  # the realm sends strings only; anything else is not this op's answer
+            raise EvaluationError(f"{expr.src!r}: the value could not be converted to a string")
+        return v
 
     def cond(self, expr: Expr) -> bool:
         """Evaluate a condition with ECMAScript's ToBoolean."""
@@ -463,6 +521,9 @@ class EcmaScriptContext:
         """Create (or overwrite) a global variable (``<data>``, foreach item/index)."""
         if name in SYSTEM_VARIABLES:
             raise EvaluationError(f"cannot declare {name!r}: it is a system variable")
+        why = _refused_name(name)
+        if why is not None:  # as the python datamodel: "__" names are not variables (nor is "")
+            raise EvaluationError(f"cannot declare {name!r}: {why}")
         self._runtime()
         if value is None:
             mode, payload, special = "undef", None, False
@@ -571,6 +632,12 @@ class EcmaScriptContext:
                        if (type(v) is list or type(v) is dict) and too_deep(v))
         for k in SYSTEM_VARIABLES:
             out.pop(k, None)
+        # A global no position may hold (``var __tmp`` in a <script>, ``globalThis[""]``) is not
+        # stored, like a local: committed, it would make the session's position unloadable.
+        # Refusing it instead would put error.execution on a common JS idiom.
+        for k in [k for k in out if _refused_name(k) is not None]:
+            del out[k]
+        bad = [(name, why) for name, why in bad if _refused_name(name) is None]
         for name, why in bad:
             # The interpreter's commit refuses the placeholder: it restores the variable to its
             # value before the drive and raises error.execution with this text.

@@ -43,7 +43,7 @@ var g = globalThis, O = Object, R = Reflect, apply = R.apply, defProp = O.define
   isArray = Array.isArray, isView = ArrayBuffer.isView, parse = JSON.parse, stringify = JSON.stringify,
   geval = g.eval, Str = String, slice = String.prototype.slice, split = String.prototype.split,
   test = RegExp.prototype.test, fnText = Function.prototype.toString, TypeErr = TypeError, Err = Error,
-  MARK = "\u0000sb:", UNSAFE = /[\u0000\ud800-\udfff]/, special = false, i;
+  SyntaxErr = SyntaxError, MARK = "\u0000sb:", UNSAFE = /[\u0000\ud800-\udfff]/, special = false, i;
 var ERRORS = [Error, EvalError, RangeError, ReferenceError, SyntaxError, TypeError, URIError, g.InternalError,
   g.AggregateError, g.SuppressedError, g.DOMException];
 // ---- natives that never poll the interrupt handler (see UNPOLLED): a native loop over a length
@@ -356,6 +356,10 @@ defProp(Math, "random", { writable: true, enumerable: false, configurable: true,
   drew = true;
   return ((next32() >>> 5) * 67108864 + (next32() >>> 6)) / 9007199254740992;
 } }.random });
+// performance.now() and performance.timeOrigin are a clock of the realm's own, and the realm is
+// shared: they tell a drive how long the thread has been up and, drive after drive, how much
+// time other sessions took. Date is the one clock a chart gets (docs/datamodels.md).
+R.deleteProperty(g, "performance");
 // ---- lockdown: freeze every shared object, once
 var OWN = create(null), OWN_COUNT = 0, STD = create(getProto(g));
 ["_sessionid", "_name", "_ioprocessors", "_event", "In", "undefined", "NaN", "Infinity"].forEach(function (k) {
@@ -551,8 +555,13 @@ function dispatch(op, a, b, c, d, e, f, h, k, m) {
   case "cond":
     setActive(b);
     try { return T.cond[a](); } catch (x) { return "\u0001e" + describe(x); } finally { active = null; }
-  case "compile":  // a: key, b: kind, c: source
-    try { T[b][a] = compile(b, c); return ""; } catch (x) { return describe(x); }
+  case "compile":  // a: key, b: kind, c: source -> "", or "s" + why when the source alone is at fault, "t" + why
+                   // when the drive is (memory it used up, the stack): only the first may be remembered
+    try { T[b][a] = compile(b, c); return ""; }
+    catch (x) { return (x instanceof Refusal || x instanceof SyntaxErr ? "s" : "t") + describe(x); }
+  case "text":     // a: key, b: In() ids -> the value converted as ECMAScript's ToString does (Symbols throw)
+    setActive(b);
+    try { return out(`${T.expr[a]()}`); } catch (x) { return "\u0001e" + describe(x); } finally { active = null; }
   case "assign":   // a: key, b: root, c: mode, d: payload, e: special, f: In() ids
     try {
       if (!hasOwn(g, b)) return "\u0001e" + b + " is not declared";

@@ -118,6 +118,10 @@ class Realm:
     def lend(self, owner: Any, heap_bytes: int) -> None:
         """Give the realm to ``owner`` (a context) with a heap of ``heap_bytes`` for its drive."""
         self.owner = weakref.ref(owner)
+        self.heap(heap_bytes)
+
+    def heap(self, heap_bytes: int) -> None:
+        """Let the drive's heap hold ``heap_bytes`` (on top of the realm and its slack)."""
         self.js.set_memory_limit(self.size + SLACK_BYTES + heap_bytes)
 
     def seed(self) -> str | None:

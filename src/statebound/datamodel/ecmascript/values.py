@@ -22,6 +22,7 @@ __all__ = ["JSValue", "DataJSValue", "Unstorable", "unstorable", "loads", "dumps
 MARK = "\x00sb:"
 _LONG_INT = re.compile(r"\d{16}")
 _SAFE_INT = 2 ** 53
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 class JSValue:
@@ -99,16 +100,29 @@ def _json_default(obj: Any) -> Any:
 
 
 def dumps(value: Any) -> tuple[str, bool]:
-    """JSON text for a Python value, and whether it needs the JS reviver. Raises TypeError/ValueError."""
+    """JSON text for a Python value, and whether it needs the JS reviver. Raises TypeError/ValueError.
+
+    Characters past ASCII are written as they are, not as ``\\uXXXX``: the text is what the
+    stored variables are loaded from, in the drive's heap, and escaped it took up to six times
+    the room of the JSON the commit measured (a variable that committed then never loaded
+    again). JSON.parse reads U+2028/U+2029 in strings, and ``json`` escapes control characters
+    either way. A lone surrogate cannot cross into QuickJS unescaped (the binding passes UTF-8):
+    text holding one is escaped throughout.
+    """
     try:
-        text = json.dumps(value, allow_nan=False, default=_json_default)
+        text = json.dumps(value, allow_nan=False, default=_json_default, ensure_ascii=False)
     except ValueError as exc:
         if "Out of range float" not in str(exc):
             raise
-        return json.dumps(_encode_specials(value), default=_json_default), True
-    if "\\u0000sb:" in text:
-        return json.dumps(_encode_specials(value), default=_json_default), True
-    return text, False
+        special = True
+    else:
+        special = "\\u0000sb:" in text
+    if special:
+        value = _encode_specials(value)
+        text = json.dumps(value, default=_json_default, ensure_ascii=False)
+    if not text.isascii() and _SURROGATE.search(text):
+        text = json.dumps(value, default=_json_default)
+    return text, special
 
 
 def xml_tree(value: Any) -> list[Any] | None:
@@ -168,8 +182,18 @@ def plain(v: Any) -> Any:
         return bytes(v).decode("utf-8", "replace")
     if isinstance(v, dict):
         return {str(k): plain(x) for k, x in v.items()}
-    if isinstance(v, (list, tuple, set, frozenset)):
+    if isinstance(v, (set, frozenset)):
+        # a set iterates in hash order, which PYTHONHASHSEED changes from one process to the
+        # next: the same event must give the same array, and so the same position, everywhere
+        return sorted((plain(x) for x in v), key=_order)
+    if isinstance(v, (list, tuple)):
         return [plain(x) for x in v]
     if v is None or isinstance(v, (bool, int, float, str)):
         return v
     return str(v)
+
+
+def _order(x: Any) -> tuple[str, str]:
+    """A sort key for :func:`plain`'s values under which any two compare (``sorted`` never meets
+    ``1 < "a"``); equal keys mean equal JSON, so the order of ties cannot show."""
+    return type(x).__name__, json.dumps(x, sort_keys=True, ensure_ascii=False)
