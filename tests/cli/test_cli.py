@@ -1018,3 +1018,25 @@ def test_diagram_keeps_states_apart_lines_whole_and_region_histories(tmp_path, c
     assert all(ln.startswith(("    ", "stateDiagram")) or not ln for ln in out.splitlines())
     hist = [ln for ln in out.splitlines() if "(H)" in ln]
     assert len(hist) == 1 and hist[0].rstrip().endswith("as h1")
+
+
+def test_redrive_leaves_a_dead_invoke_row_dead_and_says_why(store_url, capsys):
+    # revived, a dead invoke row ran the handler's start again and its answer was discarded
+    charge = ('<scxml xmlns="http://www.w3.org/2005/07/scxml" version="1.0" name="pay" initial="c" '
+              'datamodel="python"><state id="c"><invoke type="pay" id="charge"/>'
+              '<transition event="error.execution"/></state></scxml>')
+    Path("pay.scxml").write_text(charge)
+
+    class Down:
+        def start(self, request):
+            raise RuntimeError("gateway down")
+
+    host = sb.Host([sb.Chart.from_scxml(charge)], store=sb.open_store(store_url), invokers={"pay": Down()},
+                   max_attempts=1)
+    host.start("pay", "p1")     # handed over at once: fails, and is parked dead (max_attempts=1)
+    capsys.readouterr()
+    assert [(t["instance"], t["kind"]) for t in ok_json(capsys, "timers", "--dead")["timers"]] == [("p1", "invoke")]
+    d = ok_json(capsys, "redrive", "--all-dead")
+    assert d["redriven"] == [] and [r["instance"] for r in d["refused"]] == ["p1"]
+    assert "dead invoke row" in fails(capsys, "redrive", "p1", "1", code=2)
+    assert len(ok_json(capsys, "timers", "--dead")["timers"]) == 1

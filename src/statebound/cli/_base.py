@@ -94,7 +94,7 @@ def timer_dict(r: TimerRow) -> dict[str, Any]:
     """A timer row as the CLI shows it."""
     return {"instance": r.instance_id, "ordinal": r.ordinal, "name": r.name, "event": r.event.get("name"),
             "send_id": r.send_id, "target": r.target_id, "due_at_ms": r.due_at_ms, "due_at": iso_ms(r.due_at_ms),
-            "state": r.state, "attempts": r.attempts, "last_error": r.last_error}
+            "state": r.state, "attempts": r.attempts, "last_error": r.last_error, "kind": r.kind}
 
 
 def position_dict(pos: Position, timers: list[TimerRow] | None = None,

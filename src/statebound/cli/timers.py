@@ -19,6 +19,7 @@ from typing import Any
 
 from .. import SystemClock, Sweeper
 from ..exceptions import InstanceNotFound
+from ..host.firing import redrive_refusal
 from ..host.store import TimerRow, live
 from ._base import EXIT_INTERRUPTED, EXIT_NOT_FOUND, EXIT_USAGE, CliError, emit, iso_ms, timer_dict
 from ._store import is_digits, open_host, open_store
@@ -99,6 +100,7 @@ def cmd_redrive(args: argparse.Namespace) -> int:
     store, _ = open_store(args, create=False)
     now = SystemClock().now_ms()
     revived: list[tuple[str, int]] = []
+    refused: list[tuple[tuple[str, int], str]] = []
     if args.all_dead:
         if args.id is not None:
             raise CliError("redrive takes ID ORDINAL or --all-dead, not both", EXIT_USAGE)
@@ -109,18 +111,25 @@ def cmd_redrive(args: argparse.Namespace) -> int:
                 break
             for key in fresh:
                 seen.add(key)
-                if store.retry_timer(key, now):
+                why = redrive_refusal(store, key)
+                if why is not None:
+                    refused.append((key, why))
+                elif store.retry_timer(key, now):
                     revived.append(key)
     else:
         if args.id is None or args.ordinal is None:
             raise CliError("redrive needs ID ORDINAL, or --all-dead", EXIT_USAGE)
         key = (args.id, args.ordinal)
+        why = redrive_refusal(store, key)
+        if why is not None:
+            raise CliError(f"not redriven: {why}", EXIT_USAGE)
         if not store.retry_timer(key, now):
             raise CliError(f"instance {args.id!r} has no dead timer row #{args.ordinal}", EXIT_NOT_FOUND)
         revived.append(key)
     emit(args, {"redriven": [{"instance": i, "ordinal": o} for i, o in revived], "count": len(revived),
-                "due_at_ms": now},
-         f"redrove {len(revived)} dead timer row(s), due now" + "".join(f"\n  {i} #{o}" for i, o in revived))
+                "due_at_ms": now, "refused": [{"instance": k[0], "ordinal": k[1], "why": w} for k, w in refused]},
+         f"redrove {len(revived)} dead timer row(s), due now" + "".join(f"\n  {i} #{o}" for i, o in revived)
+         + "".join(f"\nleft dead: {k[0]} #{k[1]}: {w}" for k, w in refused))
     return 0
 
 

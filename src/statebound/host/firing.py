@@ -18,13 +18,14 @@ from ..exceptions import StoreError, StoreUnavailable, describe
 from ..interpreter.state import RUNNING
 from .delivery import drop_ref
 from .runner import load, wake
-from .store import SUSPENDED, TimerCompletion, TimerKey, TimerRef, TimerRow
+from .store import CANCEL, DEAD, INVOKE, SUSPENDED, TimerCompletion, TimerKey, TimerRef, TimerRow
 from .unit import FireResult, Unit
 
 if TYPE_CHECKING:
     from .host import Host
 
-__all__ = ["fire_step", "fire_call", "fire_completion", "parked", "fire_failed", "release", "count"]
+__all__ = ["fire_step", "fire_call", "fire_completion", "parked", "fire_failed", "release", "count",
+           "redrive_refusal"]
 
 log = logging.getLogger("statebound")
 
@@ -114,6 +115,28 @@ def release(h: Host, row: TimerRow, node: str, error: str, attempts: int) -> Non
         count(h, "dead")
     log.warning("row %s delivery failed (attempt %d%s): %s", row.key, attempts,
                 ", parked as dead" if dead else "", error)
+
+
+def redrive_refusal(store: Any, key: TimerKey) -> str | None:
+    """Why the dead row ``key`` must not be revived, or ``None`` (also when it is no dead row:
+    ``retry_timer`` then answers that it found none).
+
+    * A dead invoke or cancel hook: the chart was told (``error.execution``) and its
+      invocation forgot the row's generation, so a revived row would run ``start`` again and
+      discard the answer. Entering the invoking state again invokes afresh.
+    * A row of a suspended instance: revived, it would be delivered while suspended (a
+      suspended instance's rows are parked). Resume it first.
+    """
+    row = store.get_timer(key)
+    if row is None or row.state != DEAD:
+        return None
+    if row.kind in (INVOKE, CANCEL):
+        return (f"row {key} is a dead {row.kind} row: its invocation was ended with error.execution and "
+                "cannot take an answer; enter the invoking state again to invoke afresh")
+    rec = store.load(row.instance_id)
+    if rec is not None and rec.status == SUSPENDED:
+        return f"instance {row.instance_id!r} is suspended: resume it, then revive its row {key}"
+    return None
 
 
 def count(h: Host, outcome: str) -> None:

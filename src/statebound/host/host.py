@@ -187,6 +187,9 @@ class Host:
             self._tracing = Tracing(tracer)
         self._outbox = Outbox(self)
         self._group = GroupCommit(self)
+        #: bumped whenever this host deletes or suspends an instance: rows a commit handed
+        #: over for delivery may have been purged or parked since (``Outbox.after_commit``)
+        self._purged = 0
         self._charts: dict[str, Chart] = {}
         self._revisions: dict[str, dict[str, Chart]] = {}
         self._interpreters: dict[str, Interpreter] = {}   # by chart identity
@@ -497,6 +500,7 @@ class Host:
             found = True
             delete_instance(self, u, instance_id)
         runner.run(self, unit)
+        self._purged += 1
 
     def migrate(self, instance_id: str, chart: Chart, *, mapping: Mapping[str, str] | None = None,
                 dry_run: bool = False) -> MigrationResult:
@@ -551,6 +555,7 @@ class Host:
                     u.puts[row.key] = replace(row, state=SUSPENDED, claimed_by=None, claim_expires_ms=None)
                     u.expect[row.key] = (PENDING, CLAIMED)   # not one a sweeper completed meanwhile
         runner.run(self, unit)
+        self._purged += 1
 
     def resume(self, instance_id: str) -> None:
         """Resume a suspended instance: it takes events again, and its parked rows are
@@ -596,7 +601,16 @@ class Host:
         return list(self.store.dead_timers(limit))
 
     def retry_timer(self, instance_id: str, ordinal: int) -> bool:
-        """Revive a dead row so the next sweep delivers it again."""
+        """Revive a dead row so the next sweep delivers it again: ``True`` if a dead row was
+        revived, ``False`` if there is none by that key.
+
+        :raises InvalidArgument: the row must not be revived: a dead invoke or cancel row (its
+            invocation was ended with ``error.execution``; entering the state again invokes
+            afresh), or a row of a suspended instance (resume it first).
+        """
+        why = firing.redrive_refusal(self.store, (instance_id, ordinal))
+        if why is not None:
+            raise InvalidArgument(why)
         now = self.clock.now_ms()
         revived = self.store.retry_timer((instance_id, ordinal), now)
         if revived:

@@ -263,17 +263,34 @@ class Outbox:
             queue.extend(rows)
             return
         queue = self._local.queue = deque(rows)
+        h = self.host
+        seen, verify = h._purged, False
         try:
-            budget = self.host.max_deliveries
+            budget = h.max_deliveries
             while queue and budget > 0:
                 budget -= 1
                 row = queue.popleft()
+                if h._purged != seen:
+                    # a delivery deleted or suspended an instance (a processor calling back
+                    # into the host): the rows still queued may be purged or parked since, and
+                    # must not be handed over from their copies. Read each again from now on.
+                    seen, verify = h._purged, True
+                if verify and not self._still_pending(row):
+                    continue
                 try:
                     self.host.fire(row)
                 except Exception as exc:  # the row stays in the store; the sweeper retries it
                     log.warning("outbox row %s not delivered after commit: %s", row.key, exc)
         finally:
             self._local.queue = None
+
+    def _still_pending(self, row: TimerRow) -> bool:
+        try:
+            now = self.host.store.get_timer(row.key)
+        except Exception as exc:  # the sweeper hands it over when its lease runs out
+            log.warning("outbox row %s not delivered after commit: %s", row.key, exc)
+            return False
+        return now is not None and now.state == PENDING
 
     # ------------------------------------------------------------------ firing
     def fire(self, row: TimerRow, node: str, lag: int) -> FireResult:
