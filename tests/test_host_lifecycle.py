@@ -112,3 +112,31 @@ def test_a_dead_row_of_a_suspended_instance_is_revived_only_after_resume(store):
     host.resume("o1")
     assert host.retry_timer("o1", mail.ordinal)
     assert [r.state for r in host.pending_timers("o1") if r.key == mail.key] == ["pending"]
+
+
+@pytest.mark.parametrize("call", [
+    lambda h: h.dead_timers("x"),
+    lambda h: h.fire_due("x"),
+    lambda h: h.fire_due(lease_ms=-1),
+    lambda h: h.fire_many([1]),
+    lambda h: h.send_many(None),
+    lambda h: h.start("o", "y", [1, 2]),
+    lambda h: h.migrate("o1", "o", mapping=["charging"]),
+    lambda h: h.migrate("o1", 5),
+    lambda h: h.fail_invoke("o1", "charge", error=object()),
+    lambda h: h.retry_timer("o1", "1"),
+    lambda h: h.complete_invoke("o1", "charge", token="o1:charge:" + "9" * 30),
+], ids=["dead_timers", "fire_due", "lease", "fire_many", "send_many", "start_data", "mapping", "migrate_chart",
+        "fail_invoke_error", "retry_ordinal", "huge_token"])
+def test_arguments_the_api_cannot_use_are_invalid_argument_with_nothing_written(store, call):
+    # these escaped as AttributeError, TypeError, or a StoreError on SQLite alone
+    host, _gateway = _dead_charge(store)
+    before = [(r.key, r.state) for r in host.pending_timers("o1")], host.get("o1")
+    with pytest.raises(sb.InvalidArgument):
+        call(host)
+    assert ([(r.key, r.state) for r in host.pending_timers("o1")], host.get("o1")) == before
+
+
+def test_migrate_takes_a_registered_chart_name_as_start_does(store):
+    host, _gateway = _dead_charge(store)
+    assert host.migrate("o1", "o").outcome == "already"

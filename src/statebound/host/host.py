@@ -290,6 +290,8 @@ class Host:
             target = self.chart(chart)
         _check_id(instance_id)
         key = None if idempotency_key is None else check_key(idempotency_key)
+        if data is not None and not isinstance(data, Mapping):
+            raise InvalidArgument(f"start data must be a mapping, not {type(data).__name__}")
         fingerprint = b"" if key is None else start_fingerprint(target.name, dict(data) if data else None)
 
         def unit(u: _Unit) -> Position:
@@ -352,6 +354,9 @@ class Host:
         """
         results: list[SendResult | None] = []
         jobs = []
+        if isinstance(items, (str, bytes, Mapping)) or not hasattr(items, "__iter__"):
+            raise InvalidArgument(f"send_many() takes an iterable of (instance_id, event, ...) items, "
+                                  f"not {type(items).__name__}")
         for index, item in enumerate(items):
             results.append(None)
             try:
@@ -449,6 +454,8 @@ class Host:
         Liveness, token, return value and errors (a suspended instance included) as for
         :meth:`complete_invoke`."""
         _check_storable(cause, f"the failure cause of invoke {invokeid!r}")
+        if not isinstance(error, str):
+            raise InvalidArgument(f"fail_invoke()'s error must be a string (a short code), not {type(error).__name__}")
         data = {"message": f"invoke {invokeid!r} failed: {error}", "invokeid": invokeid, "error": error,
                 "cause": cause}
         event = Event("error.execution", data, "platform", invokeid=invokeid)
@@ -502,9 +509,10 @@ class Host:
         runner.run(self, unit)
         self._purged += 1
 
-    def migrate(self, instance_id: str, chart: Chart, *, mapping: Mapping[str, str] | None = None,
+    def migrate(self, instance_id: str, chart: Chart | str, *, mapping: Mapping[str, str] | None = None,
                 dry_run: bool = False) -> MigrationResult:
-        """Move a stored instance onto revision ``chart`` (registered here if it is not yet).
+        """Move a stored instance onto revision ``chart`` (a Chart, registered here if it is not
+        yet, or the name of a registered one: its latest revision).
 
         The position is carried across by state id (``export``/``import_``, with ``mapping``
         renaming old ids) if :func:`~statebound.diff` allows its revision to move, and is
@@ -515,6 +523,12 @@ class Host:
 
         :param dry_run: decide, write nothing (outcome ``would-move`` instead of ``moved``).
         """
+        if isinstance(chart, str):
+            chart = self.chart(chart)   # a registered name, as start takes
+        elif not isinstance(chart, Chart):
+            raise InvalidArgument(f"migrate() takes a Chart or a registered chart name, not {type(chart).__name__}")
+        if mapping is not None and not isinstance(mapping, Mapping):
+            raise InvalidArgument(f"mapping must be a mapping of old state ids to new, not {type(mapping).__name__}")
         if self._revisions.get(chart.name, {}).get(chart.identity) is None:
             self.register(chart)
         return migration.migrate(self, instance_id, chart, mapping=mapping, dry_run=dry_run)
@@ -598,7 +612,7 @@ class Host:
 
     def dead_timers(self, limit: int = 100) -> list[TimerRow]:
         """Rows parked after ``max_attempts`` failed deliveries."""
-        return list(self.store.dead_timers(limit))
+        return list(self.store.dead_timers(_check_count("limit", limit)))
 
     def retry_timer(self, instance_id: str, ordinal: int) -> bool:
         """Revive a dead row so the next sweep delivers it again: ``True`` if a dead row was
@@ -608,6 +622,9 @@ class Host:
             invocation was ended with ``error.execution``; entering the state again invokes
             afresh), or a row of a suspended instance (resume it first).
         """
+        _check_count("ordinal", ordinal)
+        if ordinal >= 1 << 63:
+            return False   # no row has one: SQLite could not even look it up
         why = firing.redrive_refusal(self.store, (instance_id, ordinal))
         if why is not None:
             raise InvalidArgument(why)
@@ -626,7 +643,7 @@ class Host:
         commit (see :meth:`fire_many`)."""
         node = node_id or self.node_id
         now = self.clock.now_ms()
-        rows = self.store.claim_due(now, limit, node, lease_ms)
+        rows = self.store.claim_due(now, _check_count("limit", limit), node, _check_count("lease_ms", lease_ms))
         return self.fire_many(rows, node_id=node)
 
     def fire_many(self, rows: Iterable[TimerRow], *, node_id: str | None = None) -> list[FireResult]:
@@ -642,6 +659,9 @@ class Host:
         """
         node = node_id or self.node_id
         rows = list(rows)
+        for row in rows:
+            if not isinstance(row, TimerRow):
+                raise InvalidArgument(f"fire_many() takes claimed TimerRows, not {type(row).__name__}")
         if type(self).fire is not Host.fire or "fire" in vars(self):
             return [self.fire(row, node_id=node) for row in rows]
         results: list[FireResult | None] = [None] * len(rows)
@@ -721,6 +741,13 @@ def _batch_item(index: int, item: Any) -> tuple[str, Any, Any, Any]:
     if not isinstance(event, (str, Event)):
         raise InvalidBatchItem(index, f"the event must be a name or an Event, not {type(event).__name__}")
     return iid, event, data, key
+
+
+def _check_count(name: str, value: Any) -> int:
+    """A count or a duration argument: a whole number >= 0 (bool is no number here)."""
+    if type(value) is not int or value < 0:
+        raise InvalidArgument(f"{name} must be a whole number >= 0, not {value!r}")
+    return value
 
 
 def _check_storable(value: Any, what: str) -> None:

@@ -534,6 +534,8 @@ def _of_invocation(row: TimerRow, invokeid: str) -> bool:
 def _parse_token(token: str, instance_id: str, invokeid: str) -> int:
     prefix = f"{instance_id}:{invokeid}:"
     tail = token[len(prefix):] if isinstance(token, str) and token.startswith(prefix) else ""
-    if not (tail.isascii() and tail.isdigit()):   # isdigit alone takes "²", which int() refuses
+    if not (tail.isascii() and tail.isdigit()) or len(tail) > 19 or int(tail) >= 1 << 63:
+        # (isdigit alone takes "²", which int() refuses; no ordinal reaches 2**63, which SQLite
+        # could not even look up)
         raise InvalidArgument(f"token {token!r} is not one of invoke {invokeid!r} of instance {instance_id!r}")
     return int(tail)
