@@ -359,3 +359,21 @@ def test_cancel_sendidexpr_is_converted_as_ecmascript_does():
     pos, _ = it.start("x")
     pos, effects = it.drive(pos, "go")
     assert [e.send_id for e in effects if type(e).__name__ == "Cancel"] == ["true"]
+
+
+@pytest.mark.parametrize("where, src", [
+    ("expr", "1); side = 7; (1"),
+    ("expr", "1), (side = 7), (1"),
+    ("location", "x)=5; side = 7; undeclared_var = 9; (x"),
+])
+def test_a_source_that_closes_its_wrapper_does_not_compile(where, src):
+    # one wrapper alone let it through: the statements after the early return were dead code
+    # in an expr, and ran in a location (creating a variable past the "declared" check)
+    assign = (f'<assign location="x" expr={quoteattr(src)}/>' if where == "expr"
+              else f'<assign location={quoteattr(src)} expr="1"/>')
+    c = chart(f'<state id="a"><transition event="e">{assign}</transition>{ERR_TO_LOG}</state>',
+              '<data id="x" expr="0"/><data id="side" expr="0"/>')
+    it = sb.Interpreter(c)
+    pos, effects = it.drive(it.start("s")[0], "e")
+    assert dict(pos.datamodel) == {"x": 0, "side": 0}
+    assert any("not one expression" in m for m in errors(effects))

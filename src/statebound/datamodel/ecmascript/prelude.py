@@ -539,6 +539,11 @@ function compile(kind, src) {
   var text = W[kind][0] + src + W[kind][1], f = geval(text);
   if (typeof f !== "function" || apply(fnText, f, []) !== apply(slice, text, [1, text.length - 1]))
     throw new Refusal("it is not one expression");
+  // One wrapper alone does not tell: "1); x = 7; (1" closes its parenthesis and opens another,
+  // and compiles as a function of three statements. Inside brackets as well, a source that
+  // escapes one wrapper (needing a ")") cannot also escape the other (needing a "]").
+  try { geval("(function(){return [" + src + "\n];})"); }
+  catch (x) { if (x instanceof SyntaxErr) throw new Refusal("it is not one expression"); throw x; }
   freeze(f.prototype);
   return freeze(f);
 }
