@@ -81,6 +81,10 @@ class FakeDynamoDB:
         self.items: dict[tuple[str, str], dict[str, Any]] = {}
         # index name -> index key -> sorted [(sort value, pk, sk)]
         self.indexes: dict[str, dict[str, list]] = {name: defaultdict(list) for name in _INDEX_KEYS}
+        # a table as DynamoStore.create_table leaves it: with the layout marker, so the
+        # first sweep does not look for 0.1 rows (this fake has no Scan)
+        self.items[(codec.LAYOUT_PK, codec.LAYOUT_SK)] = {
+            "pk": {"S": codec.LAYOUT_PK}, "sk": {"S": codec.LAYOUT_SK}, "layout": {"N": str(codec.LAYOUT)}}
 
     # ------------------------------------------------------------------ storage
     def _index_entry(self, index, item):

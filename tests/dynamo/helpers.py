@@ -6,6 +6,7 @@ import boto3
 
 import statebound as sb
 from statebound.dynamodb import DynamoStore
+from statebound.dynamodb import _codec as codec
 
 REGION = "us-east-1"
 
@@ -66,6 +67,13 @@ def table_items(client, table_name, index=None):
         if "LastEvaluatedKey" not in page:
             return items
         kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+
+
+def written_items(client, table_name):
+    """Every item of the table but the layout marker ``create_table`` puts in a table it
+    creates (``_migrate.py``): what the store's own calls wrote."""
+    return [i for i in table_items(client, table_name)
+            if (i["pk"]["S"], i["sk"]["S"]) != (codec.LAYOUT_PK, codec.LAYOUT_SK)]
 
 
 def index_keys(client, table_name, index):

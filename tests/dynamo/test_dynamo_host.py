@@ -110,4 +110,4 @@ def test_invoked_child_and_delete(mock_client, table):
     assert (report.fired, report.total) == (1, 1)
     assert host.get("p").datamodel["got"] == ["hello"]
     host.delete("p")
-    assert host.store.load("p") is None and host.pending_timers("p") == []
+    assert not host.exists("p") and host.store.load("p").status == "deleted" and host.pending_timers("p") == []

@@ -22,7 +22,7 @@ from statebound.host.store import (DEAD, DONE, INVOKE, PENDING, SEND, WAITING, C
                                    PositionWrite, TimerCompletion, TimerRef)
 from store_contract import create, delete, timer, update
 
-from .helpers import index_keys, make_store, table_items
+from .helpers import index_keys, make_store, table_items, written_items
 
 MINUTE = 60_000
 DAY = 24 * 60 * MINUTE
@@ -144,7 +144,7 @@ def test_unserializable_event_data_is_refused_before_writing(mock_client, table,
     with pytest.raises(SerializationError):
         create(dstore, "a", timers_put=[timer("a", 1, 10, event={"name": "x", "data": object()})])
     assert "TransactWriteItems" not in calls.take()
-    assert table_items(mock_client, table) == []
+    assert written_items(mock_client, table) == []
 
 
 # --------------------------------------------------------------------------- index membership
@@ -202,7 +202,7 @@ def test_oversized_blob_is_refused_with_nothing_written(mock_client, table, dsto
     with pytest.raises(ItemTooLarge):
         create(dstore, "a", blob=big, timers_put=[timer("a", 1, 10)])
     assert calls.take() == []
-    assert table_items(mock_client, table) == []
+    assert written_items(mock_client, table) == []
 
 
 def test_item_just_under_the_limit_is_accepted(mock_client, table, dstore):
@@ -216,7 +216,7 @@ def test_oversized_timer_row_is_refused_with_nothing_written(mock_client, table,
     row = timer("a", 1, 10, event={"name": "x", "data": "y" * 450_000})
     with pytest.raises(ItemTooLarge):
         create(dstore, "a", timers_put=[row])
-    assert table_items(mock_client, table) == []
+    assert written_items(mock_client, table) == []
 
 
 def test_more_than_100_actions_is_refused_with_nothing_written(mock_client, table, dstore, calls):
@@ -226,7 +226,7 @@ def test_more_than_100_actions_is_refused_with_nothing_written(mock_client, tabl
         create(dstore, "a", timers_put=rows)
     assert (err.value.size, err.value.limit) == (101, 100)
     assert calls.take() == []
-    assert table_items(mock_client, table) == []
+    assert written_items(mock_client, table) == []
     create(dstore, "a", timers_put=rows[:99])  # exactly 100 actions is fine
     assert len(dstore.pending_timers("a")) == 99
 
@@ -247,7 +247,7 @@ def test_delete_with_many_done_rows_purges_them_beyond_one_transaction(mock_clie
     # then the Query for its history records (none here)
     assert calls.take() == ["Query", "TransactWriteItems", "BatchWriteItem", "Query"]
     assert dstore.load("a") is None
-    assert {i["pk"]["S"] for i in table_items(mock_client, table)} == {"b"}
+    assert {i["pk"]["S"] for i in written_items(mock_client, table)} == {"b"}
 
 
 def test_delete_with_too_many_live_rows_is_refused(mock_client, table, dstore):

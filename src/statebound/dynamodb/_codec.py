@@ -12,6 +12,8 @@ One table, ``pk`` (S) + ``sk`` (S)::
                                       zero-padded); ``kind`` is absent for a timer
     lease#board        B              the shard lease board: owners and heartbeats (leases.py)
     cli#charts         R#<name>...    a chart revision the CLI remembers (cli/registry.py)
+    statebound#layout  V              the layout marker (``layout`` = :data:`LAYOUT`): no 0.1-keyed
+                                      row is left (``_migrate.py``)
     sweep#<shard>      C              0.1 only: a sweep cursor; its presence marks a 0.1 table
     lease#<shard>      L              0.1 only: a shard lease; deleted by the migration
     lease#members      N#<node id>    0.1 only: a membership heartbeat; deleted by the migration
@@ -60,7 +62,8 @@ from ..host.store import (CLAIMED, DEAD, PENDING, TIMER, KeyRecord, PositionReco
 
 __all__ = [
     "POSITION_SK", "TIMER_PREFIX", "INSTANCE_SKS", "MAX_INSTANCE_ID_BYTES", "check_id", "DUE_INDEX",
-    "DEAD_INDEX", "LEGACY_DEAD_PARTITION", "LEGACY_CURSOR_PREFIX", "LEGACY_CURSOR_SK", "timer_sk", "shard_of", "due_partition", "dead_partition",
+    "DEAD_INDEX", "LEGACY_DEAD_PARTITION", "LEGACY_CURSOR_PREFIX", "LEGACY_CURSOR_SK", "LAYOUT_PK", "LAYOUT_SK",
+    "LAYOUT", "timer_sk", "shard_of", "due_partition", "dead_partition",
     "is_legacy_due_partition", "dead_sort_key", "position_item",
     "record_from_item", "timer_item", "row_from_item", "listed_row", "index_attributes",
     "item_size", "attr_size", "pack", "unpack", "S", "N", "B",
@@ -85,6 +88,12 @@ LEGACY_LEASE_SK = "L"
 LEGACY_MEMBERS_PK = "lease#members"
 LEGACY_MEMBER_PREFIX = "N#"
 DEAD_PREFIX = "dead#"
+#: The layout marker item, ``("statebound#layout", "V")``, and the layout it records: 0.1's
+#: bucketed due index was layout 1, the shard-keyed one is 2. Written once the table is
+#: known to hold no 0.1-keyed row, so a sweeper looks for such rows at most once per table.
+LAYOUT_PK = "statebound#layout"
+LAYOUT_SK = "V"
+LAYOUT = 2
 #: Width of the zero-padded ordinal in a timer sort key: 20 digits hold any uint64,
 #: and a fixed width makes the string order of the sort keys the numeric order.
 ORDINAL_WIDTH = 20

@@ -47,6 +47,7 @@ from ..exceptions import ConflictError, StoreError, StoreUnavailable
 from ..host.store import CLAIMED, DEAD, DONE, PENDING, SUSPENDED, Commit, TimerCompletion, TimerKey, TimerRow
 from . import _codec as codec
 from ._codec import N, S
+from ._migrate import layout_key, legacy_rows_left, mark_layout
 
 if TYPE_CHECKING:
     from .store import DynamoStore
@@ -499,9 +500,24 @@ class Sweep:
 
     # ------------------------------------------------------------------ 0.1 tables
     def check_legacy(self) -> None:
-        """Once per store object: if the table still has 0.1 sweep cursors, migrate it.
+        """Once per store object: if the table still holds 0.1-keyed rows, migrate it.
 
-        One ``BatchGetItem`` of the cursor keys; a table this version created has none.
+        0.1 left two traces, and either may be alone: its sweepers' cursors, and rows whose
+        due partition is ``"<bucket>#<shard>"``. A table only 0.1 *writers* touched has rows
+        and no cursor, and a sweeper that looked for cursors alone never read those rows.
+        So one ``BatchGetItem`` reads the cursor keys and the layout marker together (the
+        request the cursor check always cost), and
+
+        * a cursor found: migrate (a 0.1 sweeper ran, perhaps after an earlier migration);
+        * else the marker found: nothing to do (this version created the table, or a
+          sweeper already migrated it or found no 0.1 row);
+        * else look for 0.1 rows (``legacy_rows_left``): migrate if there are any,
+          otherwise write the marker. That look reads the pending rows once per table, not
+          per process, since the marker then answers every later sweeper.
+
+        Sweepers starting together on an unmarked table may each look and migrate: the
+        migration's updates are conditional and the fires complete conditionally, so that
+        costs reads, never a double fire.
         """
         with self.lock:
             if self._legacy_checked:
@@ -512,24 +528,37 @@ class Sweep:
         store = self.store
         keys: list[dict[str, Any]] = [store._key(f"{codec.LEGACY_CURSOR_PREFIX}{s}", codec.LEGACY_CURSOR_SK)
                                       for s in range(store.shards)]
-        found = False
+        keys.append(layout_key())
+        cursor = marked = False
         for start in range(0, len(keys), 100):  # BatchGetItem takes 100 keys
             batch = keys[start:start + 100]
             for _ in range(store._retries):
                 response = store._call("batch_get_item", RequestItems={
                     store.table_name: {"Keys": batch, "ProjectionExpression": "#pk",
                                        "ExpressionAttributeNames": {"#pk": "pk"}}})
-                found = found or bool(response.get("Responses", {}).get(store.table_name))
+                for item in response.get("Responses", {}).get(store.table_name, []):
+                    # asked by full key: the one item under the marker's pk is the marker
+                    if item["pk"]["S"] == codec.LAYOUT_PK:
+                        marked = True
+                    else:
+                        cursor = True
                 batch = response.get("UnprocessedKeys", {}).get(store.table_name, {}).get("Keys", [])
                 if not batch:
                     break
-            if batch and not found:
-                log.warning("table %r: %d 0.1 cursor key(s) left unread (throttled); checking again "
+            if batch and not cursor:
+                log.warning("table %r: %d layout key(s) left unread (throttled); checking again "
                             "at the next sweep", store.table_name, len(batch))
                 return
-        if found:
+        if cursor:
             log.warning("table %r has 0.1 sweep cursors: migrating its index layout once",
                         store.table_name)
             store.migrate()
+        elif not marked:
+            if legacy_rows_left(store):
+                log.warning("table %r holds rows keyed the 0.1 way (no 0.1 sweeper ran on it): "
+                            "migrating its index layout once", store.table_name)
+                store.migrate()
+            else:
+                mark_layout(store)
         with self.lock:
             self._legacy_checked = True

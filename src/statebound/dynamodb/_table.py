@@ -12,6 +12,7 @@ from botocore.exceptions import ClientError
 from ..exceptions import StoreError
 from . import _codec as codec
 from ._errors import error_code, map_dynamodb_errors
+from ._migrate import layout_item
 
 __all__ = ["table_spec", "create_table", "default_client"]
 
@@ -48,18 +49,22 @@ def create_table(table_name: str, client: Any = None, *, wait: bool = True, time
     """Create the table with both indexes and TTL on ``expires_at``; idempotent.
 
     An existing table is accepted if it has the two indexes (else :class:`StoreError`).
-    With ``wait``, returns once the table and its indexes are ``ACTIVE``.
+    With ``wait``, returns once the table and its indexes are ``ACTIVE``, and a table this
+    call created gets the layout marker (``_migrate.py``), so no sweeper ever has to look
+    for 0.1 rows in it.
     """
     client = client if client is not None else default_client()
     with map_dynamodb_errors():
+        created = True
         try:
             client.create_table(**table_spec(table_name))
         except ClientError as exc:
             # ResourceInUse: it exists (or is being created): idempotent by design
             if error_code(exc) != "ResourceInUseException":
                 raise
+            created = False
         if not wait:
-            return
+            return   # not ACTIVE yet, so no marker: the first sweeper's one look writes it
         deadline = time.monotonic() + timeout_s
         client.get_waiter("table_exists").wait(
             TableName=table_name, WaiterConfig={"Delay": 2, "MaxAttempts": int(timeout_s // 2) + 1})
@@ -80,3 +85,8 @@ def create_table(table_name: str, client: Any = None, *, wait: bool = True, time
         if ttl.get("TimeToLiveStatus") == "DISABLED":
             client.update_time_to_live(TableName=table_name, TimeToLiveSpecification={
                 "Enabled": True, "AttributeName": "expires_at"})
+        if created:
+            # Only a table this call made is known to hold no 0.1 row: an existing one (a
+            # deploy script calling this at every start) may be a 0.1 table, and marking it
+            # would hide its rows from the sweeper's look.
+            client.put_item(TableName=table_name, Item=layout_item())

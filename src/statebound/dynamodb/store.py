@@ -206,7 +206,8 @@ class DynamoStore:
 
     def migrate(self) -> MigrationReport:
         """Bring a table written by statebound 0.1 to this layout (idempotent; see
-        ``_migrate.py``). A sweep does it by itself when it finds 0.1's sweep cursors."""
+        ``_migrate.py``). A sweep does it by itself when it finds 0.1's sweep cursors, or, on a
+        table without the layout marker, rows keyed the 0.1 way."""
         report = migrate(self)
         self._sweep.reset()
         return report
