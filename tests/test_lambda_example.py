@@ -129,10 +129,14 @@ def test_delete_purges_position_and_timers(lam):
     lam.host.delete("d")
     items = lam.client.query(TableName=TABLE, KeyConditionExpression="pk = :p",
                              ExpressionAttributeValues={":p": {"S": "d"}}, ConsistentRead=True)["Items"]
-    assert items == []
+    # what is left is the tombstone (ADR 0028): no data, no rows
+    assert [(i["sk"]["S"], i["status"]["S"]) for i in items] == [("P", "deleted")]
     assert _call(lam, "GET", "/instances/d")[0] == 404
     lam.clock.advance(10_000)
     assert lam.sweep(6_000, 2_000)["fired"] == 0
+    # and the id takes a new order, numbered on from the old one
+    assert _call(lam, "POST", "/instances/d", {"chart": "order", "data": {"payment_timeout": "5s"}})[0] == 201
+    assert _call(lam, "GET", "/instances/d")[0] == 200
 
 
 def test_an_event_through_the_http_handler_costs_one_getitem_and_one_write(lam):
