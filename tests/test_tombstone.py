@@ -16,7 +16,8 @@ from statebound.host.store import DELETED, PositionRecord
 CASES = [cases.a_claim_from_before_the_delete_never_fires_into_the_new_instance,
          cases.a_new_instance_never_repeats_a_key_or_token_of_the_old,
          cases.a_call_that_loaded_the_old_instance_never_writes_over_the_new,
-         cases.a_deleted_instance_is_gone_to_every_reader]
+         cases.a_deleted_instance_is_gone_to_every_reader,
+         cases.a_child_invoked_again_in_one_call_never_repeats_the_old_childs_keys_or_rows]
 
 
 @pytest.fixture(params=["memory", "sqlite"])

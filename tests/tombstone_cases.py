@@ -127,3 +127,38 @@ def a_deleted_instance_is_gone_to_every_reader(store) -> None:
     assert rec.status == DELETED and rec.version == before + 1
     host.start("c", "x", {"owner": "carol"})
     assert store.load("x").version == before + 2 and host.get("x").datamodel["owner"] == "carol"
+
+
+PARENT = """<scxml xmlns="http://www.w3.org/2005/07/scxml" version="1.0" name="p" initial="a" datamodel="python">
+ <state id="a">
+  <invoke id="kid" type="scxml"><content>
+   <scxml xmlns="http://www.w3.org/2005/07/scxml" version="1.0" name="k" initial="k1" datamodel="python">
+    <state id="k1"><onentry><send type="charge" event="charge"/><send event="tick" delay="100s"/></onentry>
+     <transition event="tick" target="ticked"/></state>
+    <state id="ticked"/>
+   </scxml></content></invoke>
+  <transition event="again" target="a"/>
+ </state>
+</scxml>"""
+
+
+def a_child_invoked_again_in_one_call_never_repeats_the_old_childs_keys_or_rows(store) -> None:
+    # exiting and re-entering the invoking state in one macrostep deletes the child and
+    # invokes it again in the same commit: no tombstone in between, so the new child's
+    # ordinals must go on from the old one's, and the old one's rows must go with it
+    keys: list[str] = []
+    clock = sb.ManualClock(T0)
+    host = sb.Host([sb.Chart.from_scxml(PARENT)], store=store, clock=clock,
+                   processors={"charge": lambda d: keys.append(d.idempotency_key)})
+    host.start("p", "o")
+    old_rows = [r.key for r in host.pending_timers("o::kid")]
+    claimed = store.claim_due(clock.now_ms() + 100_000, 10, "sweeper-a", 30_000)   # the old child's tick
+    host.send("o", "again")
+    assert len(keys) == 2 and keys[0] != keys[1]
+    new_rows = [r.key for r in host.pending_timers("o::kid")]
+    assert len(new_rows) == 1 and not set(new_rows) & set(old_rows)
+    assert [r.outcome for r in host.fire_many(claimed, node_id="sweeper-a")] == ["skipped"]
+    assert host.get("o::kid").configuration == frozenset({"k1"})   # the old tick never reached it
+    clock.advance(100_000)
+    assert [r.outcome for r in host.fire_due()] == ["fired"]
+    assert host.get("o::kid").configuration == frozenset({"ticked"})

@@ -52,9 +52,11 @@ class RevisionCount:
 
 def _positions(client: Any, table: str) -> Iterator[dict[str, Any]]:
     kwargs: dict[str, Any] = {
-        "TableName": table, "FilterExpression": "#sk = :p", "ProjectionExpression": "#pk, #chart, #status, #blob",
+        # a deleted instance's tombstone (statebound's ADR 0028) is no instance
+        "TableName": table, "FilterExpression": "#sk = :p AND #status <> :deleted",
+        "ProjectionExpression": "#pk, #chart, #status, #blob",
         "ExpressionAttributeNames": {"#pk": "pk", "#sk": "sk", "#chart": "chart", "#status": "status", "#blob": "blob"},
-        "ExpressionAttributeValues": {":p": {"S": POSITION_SK}},
+        "ExpressionAttributeValues": {":p": {"S": POSITION_SK}, ":deleted": {"S": "deleted"}},
     }
     while True:
         page = client.scan(**kwargs)

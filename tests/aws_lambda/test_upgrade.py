@@ -71,6 +71,8 @@ def test_revisions_lists_instances_per_revision_and_flags_undeployed_ones(lam, d
     lam.rebuild(second)
     lam.call("POST", "/instances/d", {"chart": "order"})
     lam.call("POST", "/instances/a/events", {"event": "StartPayment"})   # a timer row, which is not an instance
+    lam.call("POST", "/instances/e", {"chart": "order"})
+    lam.host.delete("e")                    # its tombstone (ADR 0028) is not an instance either
     revisions = importlib.import_module("revisions")
     capsys.readouterr()
 

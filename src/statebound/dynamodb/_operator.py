@@ -224,11 +224,17 @@ def history(self: DynamoStore, instance_id: str, *, after_version: int = 0,
     return out
 
 
-def purge_history(self: DynamoStore, instance_id: str) -> None:
-    """Delete a deleted instance's history items, after its commit, best effort."""
+def purge_history(self: DynamoStore, instance_id: str, up_to_version: int | None = None) -> None:
+    """Delete a deleted instance's history items, after its commit, best effort: those up to
+    ``up_to_version`` (the tombstone's), or all. A new instance started over the tombstone in
+    between writes records past that version (ADR 0028): they are its own, and stay."""
+    if up_to_version is None:
+        cond, values = "begins_with(#sk, :h)", {":pk": S(instance_id), ":h": S(HISTORY_PREFIX)}
+    else:
+        cond = "#sk BETWEEN :h AND :last"
+        values = {":pk": S(instance_id), ":h": S(HISTORY_PREFIX), ":last": S(_history_sk(up_to_version))}
     keys = [item["sk"]["S"] for item in self._pages(
         "query", ConsistentRead=True,   # the records the deleted instance's last commits wrote too
-        KeyConditionExpression="#pk = :pk AND begins_with(#sk, :h)", ProjectionExpression="#sk",
-        ExpressionAttributeNames={"#pk": "pk", "#sk": "sk"},
-        ExpressionAttributeValues={":pk": S(instance_id), ":h": S(HISTORY_PREFIX)})]
+        KeyConditionExpression=f"#pk = :pk AND {cond}", ProjectionExpression="#sk",
+        ExpressionAttributeNames={"#pk": "pk", "#sk": "sk"}, ExpressionAttributeValues=values)]
     self._batch_delete_quietly([self._key(instance_id, sk) for sk in keys], f"history records of {instance_id!r}")

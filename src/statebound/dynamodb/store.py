@@ -559,7 +559,9 @@ class DynamoStore:
             # another recorded, and a later instance of the same id would read it as its own
             # (an erasure that kept the data). One Query per delete.
             if purges(w):
-                _operator.purge_history(self, w.instance_id)
+                # a tombstone's version ends the deleted instance's records; after it they are
+                # those of a new instance started over it meanwhile (ADR 0028)
+                _operator.purge_history(self, w.instance_id, None if w.blob is None else w.expected_version)
 
     def _delete_quietly(self, keys: list[TimerKey]) -> None:
         """Best-effort removal of inert done rows after a committed delete.

@@ -26,6 +26,7 @@ from ..interpreter import Position
 from ..interpreter.state import RUNNING
 from . import tombstone
 from .routing import child_instance_id, stamp
+from .store import DELETED
 from .runner import fetch, load
 from .unit import Entry, Unit
 
@@ -44,12 +45,26 @@ def start_instance(h: Host, u: Unit, instance_id: str, chart: Chart, data: Mappi
     """Start a session in unit ``u`` and apply the effects of its start."""
     interp = h._interpreters[chart.identity]
     existing = u.entries.get(instance_id)
-    record = existing.record if existing is not None else None
     if existing is None and parent is not None:
-        record = fetch(h, u, instance_id)  # a leftover child is replaced, not duplicated
-    # over a deleted instance's tombstone, its ordinals go on: no row key, outbox key or
-    # invoke token of the old instance is ever this one's
+        # a leftover child is replaced, not duplicated: loaded, so that the new one goes on
+        # from its ordinals and its rows go (the replacing write purges nothing itself)
+        try:
+            load(h, u, instance_id)
+        except StateboundError:   # one this host cannot decode: replaced all the same
+            pass
+        existing = u.entries.get(instance_id)
+        record = existing.record if existing is not None else fetch(h, u, instance_id)
+    else:
+        record = existing.record if existing is not None else None
+    # Over a deleted instance's tombstone, or in place of a live one (deleted earlier in this
+    # call, or a leftover child), the ordinals go on: no row key, outbox key or invoke token
+    # of the old instance is ever this one's, and no row of the old one is left to fire into it.
     after = tombstone.last_ordinal(record) if record is not None else 0
+    if record is not None and record.status != DELETED:
+        refs = existing.refs if existing is not None else list(record.timers)
+        u.deletes.extend((instance_id, r.ordinal) for r in refs)
+        if existing is not None and existing.position is not None:
+            after = max(after, existing.position.ordinal)
     e = Entry(record, None, chart.name, [], parent)
     if h.history is not None:
         e.steps, e.started = [], {"data": dict(data) if data is not None else None, "parent": parent,

@@ -56,7 +56,7 @@ log = logging.getLogger("statebound")
 MAX_TIMEOUT_S = (2 ** 31 - 1) // 1000
 
 #: The schema this code writes. A database recording a newer one is refused.
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 _MIN_SQLITE = (3, 24, 0)
 
@@ -129,6 +129,10 @@ _MIGRATIONS: dict[int, tuple[str, ...]] = {
                PRIMARY KEY (instance_id, version)
            )""",
     ),
+    # A deleted instance leaves a tombstone, a position record with status 'deleted' (ADR
+    # 0028). No table changes; the version moves so that a statebound that does not know
+    # tombstones refuses the file instead of listing and decoding them as instances.
+    4: (),
 }
 
 # Column order matches TimerRow's fields; _row_to_timer relies on it.
