@@ -82,7 +82,8 @@ def build_host(*, client: Any = None, clock: Any = None, table_name: str | None 
     sending wake-ups to ``WAKEUP_QUEUE_URL`` when it is set."""
     table = table_name or os.environ["TABLE_NAME"]
     ttl = os.environ.get("DONE_TTL_S")
-    store = ObservedStore(table, client=client, shards=int(os.environ.get("DUE_SHARDS", "16")),
+    store = ObservedStore(table, client=client if client is not None else _dynamodb(),
+                          shards=int(os.environ.get("DUE_SHARDS", "16")),
                           done_ttl_s=int(ttl) if ttl else None)
     charts = load_charts(charts_dir)
     host = ObservedHost(charts, store=store, clock=clock or sb.SystemClock(),
@@ -96,6 +97,18 @@ def build_host(*, client: Any = None, clock: Any = None, table_name: str | None 
 #: one short attempt: an HTTP function has 10 s in all (template.yaml), and what it fails
 #: to hand over is not lost: the sweeper sends the row, and the fallback arms the timer.
 HANDOVER_CONFIG = {"connect_timeout": 1, "read_timeout": 2, "retries": {"total_max_attempts": 1}}
+
+
+#: DynamoDB from a function: an HTTP function has 10 s in all, so two short attempts (8 s at
+#: worst) end in the handler's own 503 with a request id, not in Lambda's timeout and API
+#: Gateway's bare 5xx. (The library's default is 16 s at worst: DYNAMODB_CALL.)
+DYNAMODB_CONFIG = {"connect_timeout": 1, "read_timeout": 3, "retries": {"total_max_attempts": 2, "mode": "standard"}}
+
+
+def _dynamodb() -> Any:
+    import boto3
+    from botocore.config import Config
+    return boto3.client("dynamodb", config=Config(**DYNAMODB_CONFIG))
 
 
 def _sqs(sqs_client: Any) -> Any:

@@ -140,12 +140,23 @@ def test_alarms_watch_dead_timers_and_the_lag_p99(transformed):
     assert (lag["MetricName"], lag["ExtendedStatistic"], lag["Threshold"]) == ("TimerLag", "p99", {"Ref": "LagAlarmMs"})
 
 
-def test_events_function_reads_the_api_endpoint_without_a_cycle(transformed):
-    env = transformed["Resources"]["EventsFunction"]["Properties"]["Environment"]["Variables"]
-    assert env["HTTP_BASE"] == {"Fn::GetAtt": ["Api", "ApiEndpoint"]}
-    assert env["DONE_TTL_S"] == {"Ref": "DoneTtlSeconds"}
-    # the API reaches the function only through the integration, never in its own properties
-    assert "EventsFunction" not in json.dumps(transformed["Resources"]["Api"])
+def test_every_function_reads_the_api_endpoint_without_a_cycle(transformed):
+    # a timer fired by the sweeper or a wake-up sends Basic HTTP as the HTTP function would:
+    # only EventsFunction had HTTP_BASE, and a chart's send to a peer failed when a timer fired
+    functions = {name: r for name, r in transformed["Resources"].items() if r["Type"] == "AWS::Lambda::Function"}
+    assert {"EventsFunction", "SweeperFunction"} <= set(functions)
+    for name, resource in functions.items():
+        env = resource["Properties"]["Environment"]["Variables"]
+        assert env["HTTP_BASE"] == {"Fn::GetAtt": ["Api", "ApiEndpoint"]}, name
+        assert env["DONE_TTL_S"] == {"Ref": "DoneTtlSeconds"}, name
+        # the API reaches the functions only through the integration, never in its own properties
+        assert name not in json.dumps(transformed["Resources"]["Api"])
+
+
+def test_the_confirmations_queue_is_named_by_cloudformation(transformed):
+    # "<stack>-confirmations.fifo" broke stack names over 61 characters (SQS takes 80)
+    props = transformed["Resources"]["ConfirmationsQueue"]["Properties"]
+    assert "QueueName" not in props and props["FifoQueue"] is True
 
 
 def _statements(template: dict[str, Any], function: str) -> list[dict[str, Any]]:
@@ -195,7 +206,7 @@ def test_every_function_can_deliver_the_confirmations_it_may_commit(transformed)
     """The outbox: whichever function commits a send hands it over right after the commit,
     and the sweeper retries; each needs the queue URL and sqs:SendMessage on it, nothing more."""
     queue = transformed["Resources"]["ConfirmationsQueue"]["Properties"]
-    assert queue["FifoQueue"] is True and queue["QueueName"]["Fn::Sub"].endswith(".fifo")
+    assert queue["FifoQueue"] is True and "QueueName" not in queue   # CloudFormation names it, ending in .fifo
     for function in ("EventsFunction", "SweeperFunction", "SqsEventsFunction", "WakeFunction"):
         env = transformed["Resources"][function]["Properties"]["Environment"]["Variables"]
         assert env["CONFIRMATIONS_QUEUE_URL"] == {"Ref": "ConfirmationsQueue"}, function
@@ -237,3 +248,31 @@ def test_timers_fire_by_sqs_wakeups_with_a_slow_fallback(transformed):
     assert alarm["Dimensions"][0]["Value"] == {"Fn::GetAtt": ["WakeupDeadLetters", "QueueName"]}
     rules = json.dumps(resources(transformed, "AWS::Events::Rule"))
     assert "rate(${FallbackMinutes} minutes)" in rules
+
+
+def test_every_functions_dynamodb_calls_give_up_before_its_timeout(transformed, monkeypatch):
+    # botocore's defaults (60 s to connect, 60 s to read) held a call to a table endpoint that
+    # hangs past every function's timeout: Lambda killed it, and API Gateway answered with its
+    # own bare 5xx instead of the handler's 503
+    import importlib
+
+    from statebound.dynamodb._table import DYNAMODB_CALL, default_client
+
+    from .harness import LAMBDA_DIR
+    monkeypatch.syspath_prepend(str(LAMBDA_DIR))
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "eu-west-1")
+    app = importlib.import_module("app")
+
+    def worst_s(config: dict[str, Any]) -> float:
+        return config["retries"]["total_max_attempts"] * (config["connect_timeout"] + config["read_timeout"])
+
+    timeouts = {name: r["Properties"]["Timeout"] for name, r in transformed["Resources"].items()
+                if r["Type"] == "AWS::Lambda::Function"}
+    assert min(timeouts.values()) == 10
+    for name, timeout in timeouts.items():
+        assert worst_s(app.DYNAMODB_CONFIG) < timeout - 1, name   # room left to answer 503
+    client = app._dynamodb()._client_config
+    assert (client.connect_timeout, client.read_timeout) == (1, 3)
+    library = default_client()._client_config
+    assert (library.connect_timeout, library.read_timeout) == (DYNAMODB_CALL.connect_timeout, DYNAMODB_CALL.read_timeout)
+    assert DYNAMODB_CALL.read_timeout <= 5 and DYNAMODB_CALL.retries["total_max_attempts"] <= 2

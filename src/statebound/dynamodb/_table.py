@@ -7,6 +7,7 @@ import time
 from typing import Any
 
 import boto3
+from botocore.config import Config
 from botocore.exceptions import ClientError
 
 from ..exceptions import StoreError
@@ -14,13 +15,22 @@ from . import _codec as codec
 from ._errors import error_code, map_dynamodb_errors
 from ._migrate import layout_item
 
-__all__ = ["table_spec", "create_table", "default_client"]
+__all__ = ["table_spec", "create_table", "default_client", "DYNAMODB_CALL"]
+
+
+#: DynamoDB answers a statebound request in milliseconds. botocore's defaults (60 s to
+#: connect, 60 s to read) held a call to an endpoint that hangs past any Lambda function's
+#: timeout (the function was killed, and API Gateway answered with its own bare 5xx) and past
+#: a sweeper's claims. Here one attempt gives up within 8 s, two within 16 s; throttling is
+#: retried by the store itself, with backoff (``DynamoStore(retries=...)``).
+DYNAMODB_CALL = Config(connect_timeout=3, read_timeout=5, retries={"total_max_attempts": 2, "mode": "standard"})
 
 
 def default_client() -> Any:
-    """``boto3.client("dynamodb")``, with botocore's errors translated."""
+    """``boto3.client("dynamodb")`` with :data:`DYNAMODB_CALL`'s timeouts, and botocore's
+    errors translated."""
     with map_dynamodb_errors():
-        return boto3.client("dynamodb")
+        return boto3.client("dynamodb", config=DYNAMODB_CALL)
 
 
 def table_spec(table_name: str) -> dict[str, Any]:
