@@ -365,15 +365,63 @@ def test_cancel_sendidexpr_is_converted_as_ecmascript_does():
     ("expr", "1); side = 7; (1"),
     ("expr", "1), (side = 7), (1"),
     ("location", "x)=5; side = 7; undeclared_var = 9; (x"),
+    # closing the whole wrapper made the compile itself a program that ran
+    ("expr", "1)}), side = 7, undeclared_var = 9, (function(){(1"),
+    ("location", "x)=__sb_value__;}), side = 7, undeclared_var = 9, (function(__sb_value__){(x"),
 ])
 def test_a_source_that_closes_its_wrapper_does_not_compile(where, src):
     # one wrapper alone let it through: the statements after the early return were dead code
     # in an expr, and ran in a location (creating a variable past the "declared" check)
     assign = (f'<assign location="x" expr={quoteattr(src)}/>' if where == "expr"
               else f'<assign location={quoteattr(src)} expr="1"/>')
-    c = chart(f'<state id="a"><transition event="e">{assign}</transition>{ERR_TO_LOG}</state>',
+    # (the <raise> keeps the drive off the static path, whose full-path re-run from the
+    # untouched position hid what the compile ran)
+    c = chart(f'<state id="a"><transition event="e"><raise event="f"/>{assign}</transition>{ERR_TO_LOG}</state>',
               '<data id="x" expr="0"/><data id="side" expr="0"/>')
     it = sb.Interpreter(c)
     pos, effects = it.drive(it.start("s")[0], "e")
-    assert dict(pos.datamodel) == {"x": 0, "side": 0}
-    assert any("not one expression" in m for m in errors(effects))
+    assert dict(pos.datamodel) == {"x": 0, "side": 0}   # (no undeclared_var either)
+    assert any("does not compile" in m for m in errors(effects))
+
+
+def test_aliased_values_that_would_not_load_again_are_refused_at_the_commit():
+    # new Array(n).fill({}) is three bytes of JSON a slot and, loaded, n objects: it committed
+    # under the cap and every later drive failed to load it (the session was stuck for good)
+    c = chart('<state id="a"><transition event="go"><assign location="a" expr="new Array(30000).fill({})"/>'
+              '</transition><transition event="inc"><assign location="n" expr="n + 1"/></transition></state>',
+              '<data id="a" expr="null"/><data id="n" expr="0"/>')
+    it = sb.Interpreter(c, max_memory_bytes=1024 * 1024)
+    pos, _ = it.start("s")
+    after, effects = it.drive(pos, "go")
+    assert after.to_bytes() == pos.to_bytes()
+    assert [(type(e).__name__, getattr(e, "reason", None)) for e in effects] == [("BudgetExhausted", "memory")]
+    n, effects = it.drive(reload(after, c), "inc")
+    assert n.datamodel["n"] == 1 and not errors(effects)
+
+
+def test_a_regexp_that_runs_out_of_heap_while_compiling_is_not_remembered_for_the_chart():
+    # QuickJS reports a failed allocation in its regexp compiler as SyntaxError("out of
+    # memory"): taken for the source's fault, one session that filled its heap broke the
+    # expression for every later session of the chart in the process
+    regexp = "/" + "a" * 3000 + "(b|c)*d{1,50}/.test('x')"
+    cond = "r === null &amp;&amp; (typeof __step === 'undefined' || __step())"
+    guard = "typeof __hog !== 'undefined'"
+    c = chart(f'''<state id="s">
+     <transition event="fill"><script>
+       var __hog = [];
+       var __step = function () {{ __hog.pop(); __hog.pop(); k++; return k &lt; 3000; }};
+     </script><if cond="{cond}"/><if cond="{guard}"/>
+     <script>
+       var sizes = [4096, 256, 16, 1];
+       for (var si = 0; si &lt; sizes.length; si++) {{ try {{ while (true) __hog.push(new Array(sizes[si]).fill(1.5)); }} catch (e) {{}} }}
+       try {{ while (true) __hog.push({{}}); }} catch (e) {{}}
+     </script><raise event="try"/></transition>
+     <transition event="try" cond="{cond}"><if cond="{guard}"><raise event="try"/></if>
+       <assign location="r" expr="{regexp}"/></transition>
+     <transition event="error.execution"><log label="err"/></transition>
+    </state>''', '<data id="r" expr="null"/><data id="k" expr="0"/>')
+    it = sb.Interpreter(c, max_memory_bytes=1024 * 1024)
+    it.drive(it.start("attacker")[0], "fill")
+    victim = sb.Interpreter(c)
+    v, effects = victim.drive(victim.start("victim")[0], "try")
+    assert v.datamodel["r"] is False and not [e for e in effects if getattr(e, "label", "") == "err"]

@@ -188,7 +188,7 @@ def test_an_expression_that_escapes_its_wrapper_is_refused():
               '</transition></state><state id="failed"/>')
     for session in ("one", "two"):
         pos, effects = sb.Interpreter(c).start(session)
-        assert "failed" in pos.configuration and "not one expression" in logs(effects)["err"]
+        assert "failed" in pos.configuration and "does not compile" in logs(effects)["err"]
 
 
 # --------------------------------------------------------------------------- drives that break a realm

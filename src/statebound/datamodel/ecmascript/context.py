@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -73,6 +74,28 @@ def _refused_name(name: str) -> str | None:
 def _failure(r: Any) -> str:
     """The message of a failed call: the realm tags it ``"\x01e"``."""
     return r[2:] if isinstance(r, str) and r[:2] == "\x01e" else str(r)
+
+
+#: What one object or array costs in the QuickJS heap beyond its JSON text, about (the
+#: object, its shape or element storage, the slot that holds it: 104 bytes for an empty
+#: array and 120 for an empty object, measured with quickjs-ng, rounded up).
+OBJECT_BYTES = 128
+
+
+def loaded_size(text: str) -> int:
+    """About what the variables dumped as ``text`` take in the heap once loaded. Not the
+    text's length: a drive can store one array under ten thousand names (``fill({})``), which
+    is three bytes of JSON a slot and, loaded, ten thousand objects. Counted at that size at
+    the commit, a value that committed loads again under the same cap."""
+    return len(text) + OBJECT_BYTES * (text.count("[") + text.count("{"))
+
+
+def _brackets() -> str:
+    """64 opening brackets, each ``(`` or ``[`` at random, to compile a source inside first: one
+    that is not a balanced expression cannot close what it cannot know (see the prelude's
+    ``compile``). Fresh for every compile; the interpreter's results never depend on it."""
+    bits = int.from_bytes(os.urandom(8), "big")
+    return "".join("(["[(bits >> i) & 1] for i in range(64))
 
 
 class EcmaScriptDatamodel:
@@ -320,8 +343,9 @@ class EcmaScriptContext:
         # Loading needs room of its own beside the values it makes: the JSON text, and what
         # JSON.parse builds it up in. A commit never paid for that, so near the cap a value that
         # committed would not load again, in any later drive. Loading is not chart code: it gets
-        # that room (two bytes a character, twice), and only while no chart code runs.
-        room = 4 * len(text) if self.vars else 0
+        # that room (two bytes a character, twice, and the objects it makes: loaded_size),
+        # and only while no chart code runs.
+        room = 4 * len(text) + loaded_size(text) if self.vars else 0
         try:
             if room:
                 realm.heap(heap + room)
@@ -376,7 +400,7 @@ class EcmaScriptContext:
         bad = dm.failed.get((kind, expr.id))
         if bad is None:
             key = len(realm.keys)
-            r = self._invoke("compile", key, kind, src)
+            r = self._invoke("compile", key, kind, src, _brackets())
             if not r:
                 realm.keys[(kind, src)] = key
                 realm.cached(512 + 16 * len(src))
@@ -617,7 +641,8 @@ class EcmaScriptContext:
                 raise SerializationError("the dump failed before in this drive")
             r = self._invoke("dump")
             if self.budget is not None and isinstance(r, str):
-                self.budget.hold(self.session_id, len(r))  # held by the host call until it commits
+                # held by the host call until it commits, at what loading it will take
+                self.budget.hold(self.session_id, loaded_size(r))
             out, bad = self._parse_dump(r)
         except (EvaluationError, SerializationError):
             # The dump failed as a whole: a getter, toJSON or Proxy trap that loops (interrupted,

@@ -250,6 +250,14 @@ function wrapSet(k) {
 }
 ["union", "intersection", "difference", "symmetricDifference", "isSubsetOf", "isSupersetOf", "isDisjointFrom"].forEach(wrapSet);
 function Refusal(msg) { this.msg = msg; }
+function mirror(open) {   // the brackets that close "open", innermost first
+  var out = "";
+  for (var j = open.length - 1; j >= 0; j--) out += open[j] === "(" ? ")" : "]";
+  return out;
+}
+// QuickJS reports a failed allocation while parsing (a regexp's, notably) as a SyntaxError:
+// it is the drive's heap, not the source, and says nothing about the next drive
+function transient(x) { var m = prop(x, "message"); return m === "out of memory" || m === "stack overflow"; }
 function prop(o, k) {
   for (var n = 0; o !== null && n < 64; o = getProto(o), n++) { var d = getDesc(o, k); if (d) return d.value; }
 }
@@ -535,15 +543,16 @@ function value(mode, payload, sp) {
 var T = { expr: [], cond: [], set: [] }, scripts = [],
   W = { expr: ["(function(){return (", "\n);})"], cond: ["(function(){return !!(", "\n);})"],
         set: ["(function(__sb_value__){(", "\n)=__sb_value__;})"] };
-function compile(kind, src) {
+function compile(kind, src, open) {
+  // First inside brackets no chart can know ("open", random, from the host, and its mirror):
+  // a source that is not one balanced expression must close them to get out, in the order
+  // they were opened, and fails to parse instead. Only then is it compiled in its wrapper,
+  // which a source that closed it ("1)}), x = 7, (function(){(1") ran as a program: any
+  // wrapper a chart knows it can close.
+  geval("(function(){return " + open + src + "\n" + mirror(open) + ";})");
   var text = W[kind][0] + src + W[kind][1], f = geval(text);
   if (typeof f !== "function" || apply(fnText, f, []) !== apply(slice, text, [1, text.length - 1]))
     throw new Refusal("it is not one expression");
-  // One wrapper alone does not tell: "1); x = 7; (1" closes its parenthesis and opens another,
-  // and compiles as a function of three statements. Inside brackets as well, a source that
-  // escapes one wrapper (needing a ")") cannot also escape the other (needing a "]").
-  try { geval("(function(){return [" + src + "\n];})"); }
-  catch (x) { if (x instanceof SyntaxErr) throw new Refusal("it is not one expression"); throw x; }
   freeze(f.prototype);
   return freeze(f);
 }
@@ -560,10 +569,10 @@ function dispatch(op, a, b, c, d, e, f, h, k, m) {
   case "cond":
     setActive(b);
     try { return T.cond[a](); } catch (x) { return "\u0001e" + describe(x); } finally { active = null; }
-  case "compile":  // a: key, b: kind, c: source -> "", or "s" + why when the source alone is at fault, "t" + why
-                   // when the drive is (memory it used up, the stack): only the first may be remembered
-    try { T[b][a] = compile(b, c); return ""; }
-    catch (x) { return (x instanceof Refusal || x instanceof SyntaxErr ? "s" : "t") + describe(x); }
+  case "compile":  // a: key, b: kind, c: source, d: brackets -> "", or "s" + why when the source alone is at
+                   // fault, "t" + why when the drive is (memory it used up, the stack): only "s" is remembered
+    try { T[b][a] = compile(b, c, d); return ""; }
+    catch (x) { return (x instanceof Refusal || (x instanceof SyntaxErr && !transient(x)) ? "s" : "t") + describe(x); }
   case "text":     // a: key, b: In() ids -> the value converted as ECMAScript's ToString does (Symbols throw)
     setActive(b);
     try { return out(`${T.expr[a]()}`); } catch (x) { return "\u0001e" + describe(x); } finally { active = null; }
