@@ -276,3 +276,13 @@ def test_every_functions_dynamodb_calls_give_up_before_its_timeout(transformed, 
     library = default_client()._client_config
     assert (library.connect_timeout, library.read_timeout) == (DYNAMODB_CALL.connect_timeout, DYNAMODB_CALL.read_timeout)
     assert DYNAMODB_CALL.read_timeout <= 5 and DYNAMODB_CALL.retries["total_max_attempts"] <= 2
+
+
+def test_a_sweeper_that_stops_reporting_raises_an_alarm(transformed):
+    # every other alarm treats missing data as fine: a sweeper that stopped running was silent
+    alarm = transformed["Resources"]["SweeperSilentAlarm"]["Properties"]
+    assert (alarm["MetricName"], alarm["Statistic"], alarm["TreatMissingData"]) == ("Sweeps", "Sum", "breaching")
+    assert alarm["Dimensions"] == [{"Name": "service", "Value": "statebound-sweeper"}]
+    assert (alarm["ComparisonOperator"], alarm["Threshold"]) == ("LessThanThreshold", 1)
+    fallback = yaml_parse(TEMPLATE.read_text())["Parameters"]["FallbackMinutes"]
+    assert fallback["MaxValue"] * 60 <= alarm["Period"]   # a live sweeper reports in every period
