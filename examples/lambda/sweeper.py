@@ -5,14 +5,17 @@ when their messages arrive, and this function is the **slow fallback**: each run
 FALLBACK_MINUTES (5 in the template), sends wake-ups for the timers that come within the
 queue's 15-minute reach before the next run, which is how a timer due in hours or days
 gets its message, then fires whatever is due and was missed (a lost message, a writer
-without wake-ups) until SWEEP_MARGIN_MS before its timeout; a backlog left over (``more``
-in the log line) goes to the next run (statebound.dynamodb.lambda_handlers.fallback_sweep).
+without wake-ups) until SWEEP_MARGIN_MS before its timeout, checked before every timer it
+fires, so a batch of slow fires (SQS hanging under the outbox) cannot carry it past the
+timeout; a backlog left over (``more`` in the log line) goes to the next run
+(statebound.dynamodb.lambda_handlers.fallback_sweep).
 It reads one due-index shard per Query and returns; nothing runs around the clock.
 
 Without wake-ups, a once-a-minute schedule alone would fire timers up to a minute late.
 Instead each invocation keeps sweeping -- sleeping only until the next due row or the
-interval -- until its remaining time falls under a margin, so timers fire within about a
-second of being due while the schedule merely keeps one sweeper alive.
+interval -- until its remaining time falls under a margin (checked before every timer too),
+so timers fire within about a second of being due while the schedule merely keeps one
+sweeper alive.
 
 With SWEEP_LEASES=1, overlapping invocations split the due-index shards between them
 with lease items (statebound.dynamodb.ShardLeases) instead of racing for the same rows;
@@ -36,7 +39,7 @@ import os
 from typing import Any
 
 import statebound as sb
-from statebound.dynamodb.lambda_handlers import fallback_sweep
+from statebound.dynamodb.lambda_handlers import Deadline, fallback_sweep
 
 from app import get_host
 from telemetry import SweepMetrics, logger
@@ -54,7 +57,7 @@ def handle(event: dict[str, Any], context: Any) -> dict[str, Any]:
     recorder: SweepMetrics = getattr(host, "sweep_metrics", None) or SweepMetrics(host.metrics)
     recorder.totals.clear()
     totals: dict[str, Any] = {"sweeps": 0, "fired": 0, "delivered": 0, "discarded": 0, "stale": 0, "failed": 0,
-                              "skipped": 0, "max_lag_ms": 0}
+                              "skipped": 0, "max_lag_ms": 0, "more": False}
     leases = _leases(host, sweeper.node_id) if os.environ.get("SWEEP_LEASES", "") in ("1", "true") else None
     owned_before = getattr(host.store, "owned_shards", None)
     try:
@@ -91,16 +94,22 @@ def _sweep(host: sb.Host, sweeper: sb.Sweeper, context: Any, margin_ms: int, tot
            leases: Any, recorder: SweepMetrics) -> None:
     renew_every_ms = (leases.lease_ms // 3) if leases is not None else None
     renewed = host.clock.now_ms()
-    while context.get_remaining_time_in_millis() > margin_ms:
+    # checked before each sweep and, within one, before every row: a sweep of slow fires
+    # must end before the timeout, not when its batch is done
+    deadline = Deadline(context.get_remaining_time_in_millis, margin_ms, clock=host.clock)
+    while not deadline.check():
         if renew_every_ms is not None and host.clock.now_ms() - renewed >= renew_every_ms:
             leases.acquire()  # renew, and take shards a departed sweeper left
             renewed = host.clock.now_ms()
-        report = sweeper.run_once()
+        report = sweeper.run_once(stop=deadline)
         recorder.flush()
         totals["sweeps"] += 1
         for k in ("fired", "delivered", "discarded", "stale", "failed", "skipped"):
             totals[k] += getattr(report, k)
         totals["max_lag_ms"] = max(totals["max_lag_ms"], report.max_lag_ms)
+        if report.more:
+            totals["more"] = True   # stopped within the sweep: the next invocation goes on
+            break
         if report.total >= sweeper.batch:
             continue  # a full batch: more may be due right now
         budget_s = (context.get_remaining_time_in_millis() - margin_ms) / 1000

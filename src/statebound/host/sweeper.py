@@ -3,6 +3,9 @@
 It runs anywhere a loop can: ``run_once()`` from a batch job or a Lambda function,
 ``run_until_idle()`` to drain, ``run_forever(stop)`` as a long-running process, and
 ``handle_wakeups(requests)`` for wake-ups (``host/wakeup.py``) that name rows by key.
+``run_once`` and ``handle_wakeups`` take a ``stop`` (a deadline, such as a Lambda
+invocation's: ``statebound.dynamodb.lambda_handlers.Deadline``) checked before every row,
+so a sweep behind slow fires ends when it must rather than when its batch is done.
 Several sweepers may share one store: rows are claimed under a lease (``lease_s``), so a
 sweeper that dies mid-claim loses the claim when the lease runs out, and the completion in
 the fire's commit is conditional, so a row is applied at most once.
@@ -57,6 +60,10 @@ class SweepReport:
     :ivar waiting: invocations whose handler will answer later.
     :ivar cancelled: invocations cancelled (their cancel hooks called).
     :ivar empty: wake-ups whose row was already fired, cancelled or gone (one read each).
+    :ivar more: the sweep's ``stop`` cut it short: rows may still be due (sweep again).
+    :ivar unreached: the rows the sweep took (claimed, or named by a wake-up) but did not
+        fire because ``stop`` said so, none of them fired or counted as an attempt (see
+        :meth:`Sweeper.run_once` and :meth:`Sweeper.handle_wakeups` for where they go).
     """
 
     fired: int = 0
@@ -69,6 +76,8 @@ class SweepReport:
     waiting: int = 0
     cancelled: int = 0
     empty: int = 0
+    more: bool = False
+    unreached: tuple[TimerKey, ...] = ()
 
     @property
     def total(self) -> int:
@@ -163,15 +172,30 @@ class Sweeper:
         self._pool: ThreadPoolExecutor | None = None
         self._pool_lock = threading.Lock()
 
-    def run_once(self) -> SweepReport:
+    def run_once(self, *, stop: threading.Event | Callable[[], bool] | None = None) -> SweepReport:
         """Fire the rows of due in-process wake-ups, then claim up to ``batch`` due rows and
-        fire them; returns what happened."""
+        fire them; returns what happened.
+
+        :param stop: a deadline: set (an Event) or returning true (a callable) when the sweep
+            must start nothing more. It is checked before the claim and before every row, so
+            the sweep overruns it by one row at most (by one row per worker with ``workers >
+            1``), and the report says ``more``. Rows claimed and not reached are neither
+            fired nor released (a release would count a failed attempt against them): they
+            keep this sweeper's claim until ``lease_s`` lapses, and then any sweep takes
+            them (a ``DynamoStore`` claim is only in its own process: other processes may
+            take them at once). In-process wake-ups taken and not reached are handed back to
+            ``wakeups``. With a ``stop``, rows fire one commit each (``workers`` at a time),
+            so that the sweep can end between any two; without one, one worker fires them
+            with the host's group commit.
+        """
+        if stop is not None:
+            return self._run_until(_stopper(stop))
         empty = 0
         results: list[FireResult] = []
         if self.wakeups is not None:
             due = self.wakeups.take_due(self.host.clock.now_ms())
             if due:
-                woken, empty = self._woken_rows(due)
+                woken, empty, _ = self._woken_rows(due)
                 results += self.fire_rows(woken)
         now = self.host.clock.now_ms()
         rows = self.host.store.claim_due(now, self.batch, self.node_id, self.lease_ms)
@@ -180,26 +204,85 @@ class Sweeper:
         self.metrics.add(report)
         return report
 
-    def handle_wakeups(self, requests: Iterable[WakeupRequest]) -> SweepReport:
+    def handle_wakeups(self, requests: Iterable[WakeupRequest], *,
+                       stop: threading.Event | Callable[[], bool] | None = None) -> SweepReport:
         """Fire the rows these wake-ups name, if they are still pending and ready.
 
         Each row is read by its key (``store.get_timer``: one consistent read, no index),
         so a stale or duplicated wake-up costs that read and nothing else; a row not due
         yet (released with backoff, or the message came early) is asked for again through
         the host's wake-up backend. Returns what happened.
+
+        :param stop: a deadline, as for :meth:`run_once`, checked before every read and
+            every fire. The rows it kept the sweep from are in the report's ``unreached``
+            (and ``more`` is set), untouched: getting their wake-ups delivered again is the
+            caller's part (``handle_wakeup_event`` reports their SQS messages failed), or
+            the fallback fires them.
         """
-        rows, empty = self._woken_rows(list(requests))
-        report = _report(self.fire_rows(rows), empty)
+        if stop is None:
+            rows, empty, _ = self._woken_rows(list(requests))
+            report = _report(self.fire_rows(rows), empty)
+        else:
+            stopped = _stopper(stop)
+            rows, empty, unread = self._woken_rows(list(requests), stopped)
+            results, unfired = self._fire_until(rows, stopped)
+            unreached = (*unread, *(r.key for r in unfired))
+            report = _report(results, empty, more=bool(unreached), unreached=unreached)
         self.metrics.add(report)
         return report
 
-    def _woken_rows(self, requests: Sequence[WakeupRequest]) -> tuple[list[TimerRow], int]:
+    def _run_until(self, stopped: Callable[[], bool]) -> SweepReport:
+        """``run_once`` with a deadline (see there): the same steps, checked before each."""
+        empty = 0
+        results: list[FireResult] = []
+        unreached: list[TimerKey] = []
+        if self.wakeups is not None and not stopped():
+            now = self.host.clock.now_ms()
+            due = self.wakeups.take_due(now)
+            if due:
+                woken, empty, unread = self._woken_rows(due, stopped)
+                fired, unfired = self._fire_until(woken, stopped)
+                results += fired
+                if unread or unfired:
+                    # taken from the source and not fired: give them back, or they would
+                    # wait until a claim finds them (for a DynamoStore written by another
+                    # process, its next fallback read of their shards)
+                    wanted = {r.key: r.due_at_ms for r in due}
+                    back = [(k, wanted[k]) for k in unread] + [(r.key, r.ready_at_ms) for r in unfired]
+                    self._give_back(back, now)
+                    unreached += [k for k, _ in back]
+        if unreached or stopped():
+            report = _report(results, empty, more=True, unreached=tuple(unreached))
+        else:
+            now = self.host.clock.now_ms()
+            rows = self.host.store.claim_due(now, self.batch, self.node_id, self.lease_ms)
+            fired, unfired = self._fire_until(rows, stopped)
+            results += fired
+            unreached += [r.key for r in unfired]
+            report = _report(results, empty, more=bool(unfired), unreached=tuple(unreached))
+        self.metrics.add(report)
+        return report
+
+    def _give_back(self, due: list[tuple[TimerKey, int]], now: int) -> None:
+        request = getattr(self.wakeups, "request", None)
+        if request is not None:
+            request(wakeups_for(due, now, None), now)
+
+    def _woken_rows(self, requests: Sequence[WakeupRequest], stopped: Callable[[], bool] | None = None
+                    ) -> tuple[list[TimerRow], int, list[TimerKey]]:
+        """The rows the wake-ups name that are ready to fire, how many were empty, and the
+        keys not read because ``stopped`` said so."""
         now = self.host.clock.now_ms()
         store = self.host.store
         rows: list[TimerRow] = []
         later: list[tuple[TimerKey, int]] = []
+        unread: list[TimerKey] = []
         empty = 0
-        for key in dict.fromkeys(r.key for r in requests):
+        keys = list(dict.fromkeys(r.key for r in requests))
+        for i, key in enumerate(keys):
+            if stopped is not None and stopped():
+                unread = keys[i:]   # one read each: a slow store would carry a sweep past its deadline too
+                break
             row = store.get_timer(key)
             if row is None or row.state not in (PENDING, CLAIMED):
                 empty += 1   # fired, cancelled, waiting, dead or purged since the wake-up was sent
@@ -212,7 +295,7 @@ class Sweeper:
         if later:
             self._ask_again(later, now)
         rows.sort(key=lambda r: (r.ready_at_ms, r.instance_id, r.ordinal))
-        return rows, empty
+        return rows, empty, unread
 
     def _ask_again(self, later: list[tuple[TimerKey, int]], now: int) -> None:
         if self.host.wakeup is not None:
@@ -239,6 +322,37 @@ class Sweeper:
         for future in [pool.submit(fire_group, idx) for idx in groups.values()]:
             future.result()   # a host.fire never raises for a delivery; a store outage does
         return [r for r in results if r is not None]
+
+    def _fire_until(self, rows: Sequence[TimerRow], stopped: Callable[[], bool]
+                    ) -> tuple[list[FireResult], list[TimerRow]]:
+        """``fire_rows`` that checks ``stopped`` before every row; returns the results, in
+        ``rows`` order, and the rows not fired.
+
+        Each row is its own commit (``host.fire``): group commit would hand a whole group to
+        the store, and its outbox sends to their processors, before the next check, and one
+        slow send (an SQS client timing out) is what a deadline has to stop behind."""
+        if self.workers == 1 or len(rows) < 2:
+            done: list[FireResult] = []
+            for i, row in enumerate(rows):
+                if stopped():
+                    return done, list(rows[i:])
+                done.append(self.host.fire(row, node_id=self.node_id))
+            return done, []
+        groups: dict[str, list[int]] = {}
+        for i, row in enumerate(rows):
+            groups.setdefault(row.instance_id, []).append(i)
+        results: list[FireResult | None] = [None] * len(rows)
+
+        def fire_group(indexes: list[int]) -> None:
+            for i in indexes:
+                if stopped():
+                    return   # and the instance's later rows with it: they fire in due order
+                results[i] = self.host.fire(rows[i], node_id=self.node_id)
+
+        pool = self._executor()
+        for future in [pool.submit(fire_group, idx) for idx in groups.values()]:
+            future.result()
+        return [r for r in results if r is not None], [rows[i] for i, r in enumerate(results) if r is None]
 
     def _executor(self) -> ThreadPoolExecutor:
         with self._pool_lock:
@@ -337,7 +451,8 @@ def _count(name: str, value: object, most: int) -> None:
 _COUNTS = ("fired", "discarded", "stale", "failed", "skipped", "delivered", "waiting", "cancelled")
 
 
-def _report(results: list[FireResult], empty: int = 0) -> SweepReport:
+def _report(results: list[FireResult], empty: int = 0, *, more: bool = False,
+            unreached: tuple[TimerKey, ...] = ()) -> SweepReport:
     counts = dict.fromkeys(_COUNTS, 0)
     lags = []
     for r in results:
@@ -345,9 +460,20 @@ def _report(results: list[FireResult], empty: int = 0) -> SweepReport:
             counts[r.outcome] += 1
         if r.outcome in ("fired", "delivered"):
             lags.append(r.lag_ms)
-    return SweepReport(lag_ms=tuple(lags), empty=empty, **counts)
+    return SweepReport(fired=counts["fired"], discarded=counts["discarded"], stale=counts["stale"],
+                       failed=counts["failed"], skipped=counts["skipped"], lag_ms=tuple(lags),
+                       delivered=counts["delivered"], waiting=counts["waiting"], cancelled=counts["cancelled"],
+                       empty=empty, more=more, unreached=unreached)
 
 
 def _merge(reports: list[SweepReport]) -> SweepReport:
     return SweepReport(lag_ms=tuple(x for r in reports for x in r.lag_ms), empty=sum(r.empty for r in reports),
+                       more=any(r.more for r in reports), unreached=tuple(k for r in reports for k in r.unreached),
                        **{name: sum(getattr(r, name) for r in reports) for name in _COUNTS})
+
+
+def _stopper(stop: threading.Event | Callable[[], bool]) -> Callable[[], bool]:
+    """``stop`` as a callable, an Event or not (as ``run_forever`` takes either)."""
+    if isinstance(stop, threading.Event):
+        return stop.is_set
+    return lambda: bool(stop())
