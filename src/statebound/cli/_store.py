@@ -65,7 +65,11 @@ def open_location(location: str, *, create: bool = True) -> tuple[Any, ChartRegi
         raise CliError(f"no such database: {parsed.location!r} (check --store; start creates it)", EXIT_NOT_FOUND)
     store = open_url(location)
     if parsed.scheme == "sqlite":
-        return store, SQLiteChartRegistry(parsed.location)
+        try:
+            return store, SQLiteChartRegistry(parsed.location, timeout_s=store.timeout_s)
+        except BaseException:
+            store.close()
+            raise
     from .registry import DynamoChartRegistry
     return store, DynamoChartRegistry(store.client, store.table_name)
 

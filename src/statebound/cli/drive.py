@@ -18,12 +18,46 @@ instances (``docs/batch.md``). A start line ends a run, so the events after it f
 refuses (unknown instance, halted, bad data), prints ``line N: why`` on stderr, and the run
 goes on. The exit code is 1 if any line failed.
 
-**Resuming.** ``--checkpoint FILE`` records, about once a second and at the end, the
-first line not yet known to be done. After a crash, ``--resume-from FILE`` (or a line
-number) skips everything before it. Lines handled after the last checkpoint are sent
+**The store unavailable.** A line that fails only because the store is unavailable (SQLite
+locked past its busy timeout, an I/O error, DynamoDB throttling past its retries:
+``StoreUnavailable``) is not the line's fault: it is tried again, ``len(RETRY_BACKOFF_S)``
+more times with growing waits (about 1.5 s in all, plus the store's own timeout per try). If
+it still fails, the run stops there: no later line of its instance is applied (the other
+workers stop after their batch in flight), the checkpoint is written **at** that line (or
+at an earlier one another worker had not finished), and the command prints the summary,
+then ``statebound: error: stopped at line N: ...; resume with --resume-from ...`` and exits
+1. ``--resume-from`` the checkpoint sends it again.
+
+**Resuming.** ``--checkpoint FILE`` records the first line not yet known to be done: when the
+run starts, after a batch (at most every ``CHECKPOINT_EVERY_S``, 50 ms), whenever the bound
+below needs it, and at the end. After a crash, ``--resume-from FILE`` (or a
+line number) skips everything before it. Lines handled after the last checkpoint are sent
 again, so across a resume delivery is at least once; a line that carries an
 ``idempotency_key`` is applied once (``Host.send``/``Host.start`` with that key: a repeat
 returns the instance as it is, and a start sent again is not an "already exists" error).
+
+That holds because the host keeps the last ``--idempotency-retention`` keys of each instance
+(100 by default, ``Host(idempotency_retention=N)``), and the drive never lets an instance get
+more keyed lines past the checkpoint than that: before it hands out the line that would
+exceed it, it waits for the lines before it to be done and writes the checkpoint (with
+``--workers``, a short pause of the pipeline; without, an early group commit). A resumed run
+therefore finds the key of every line it sends again. The bound assumes the drive is what
+sends keyed events to those instances: another writer's keys, or a host with a smaller
+retention committing to them meanwhile, push the drive's keys out sooner. A larger
+retention makes every position that many keys bigger (keys ride in the position record).
+The checkpoint is replaced atomically but not fsynced: it survives the process being
+killed, not the machine losing power.
+
+**Stopping.** SIGTERM or Ctrl-C (SIGINT) stops the reading (also while it waits on stdin).
+Without workers the batch in flight is finished; with them, every line already read is
+finished (each worker holds at most 8 batches). The checkpoint is then exact, so a resume
+applies even lines without a key once; the summary is printed, then ``statebound: error:
+stopped by SIGTERM; resume with ...``, and the command exits 143 (SIGTERM) or 130 (SIGINT).
+A second SIGTERM stops the workers after their batch in flight (the checkpoint is then the
+first line some worker had not done); a second Ctrl-C interrupts at once. The workers
+ignore both signals, which a terminal or a service manager sends to the whole group: the
+drive alone stops them. A worker whose drive is gone (killed with SIGKILL) notices within
+``POLL_S`` (0.5 s) or at its next batch, and exits, so no worker outlives the drive.
 
 **Progress.** A bar on stderr (``tqdm``, the ``cli`` extra) when stderr is a terminal, or
 with ``--progress``; without tqdm the command runs the same, without a bar.
@@ -36,14 +70,18 @@ import io
 import json
 import os
 import queue
+import signal
 import sys
+import threading
 import time
 import zlib
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any, TextIO
 
 from .. import Event, Host, SystemClock, jsonio
+from ..exceptions import StoreUnavailable
 from ._base import EXIT_ERROR, EXIT_USAGE, CliError, emit
 from ._progress import Progress
 from ._store import history_keep, is_digits, open_location
@@ -51,12 +89,21 @@ from ._store import history_keep, is_digits, open_location
 __all__ = ["register"]
 
 BATCH = 100                     # lines per message to a worker, and per group commit
-CHECKPOINT_EVERY_S = 1.0
+CHECKPOINT_EVERY_S = 0.05       # at most this often after a batch (a write costs ~0.1 ms); the key bound forces more
 MAX_ERRORS_KEPT = 1_000         # in the summary; every error is printed as it happens
+DEFAULT_RETENTION = 100         # Host(idempotency_retention=) by default
+RETRY_BACKOFF_S = (0.1, 0.2, 0.4, 0.8)   # waits before each new try of a line the store could not take
+POLL_S = 0.5                    # how often an idle worker looks for its parent
+MAX_TRACKED = 100_000           # instances the key bound follows before it writes a checkpoint anyway
 
 _SHAPE = 'expected {"instance": ID, "event": NAME} or {"instance": ID, "start": CHART}'
 
 Item = tuple[int, dict[str, Any]]
+Stalled = tuple[int, str]       # the first line the store could not take, and why
+
+
+class _Interrupted(BaseException):
+    """Raised by the signal handler only while the reader waits for input (stdin)."""
 
 
 # --------------------------------------------------------------------------- lines
@@ -97,43 +144,86 @@ def _one_line(exc: BaseException) -> str:
     return text[0] if text else type(exc).__name__
 
 
-def _apply_batch(host: Host, batch: list[Item]) -> tuple[int, list[str]]:
-    """Apply lines in order: runs of events with ``send_many`` (group commit), each start on
-    its own (it ends a run, so the events after it see the instance it created)."""
-    ok, errors = 0, []
-    events: list[Item] = []
+def _apply_batch(host: Host, batch: list[Item],
+                 stopping: Callable[[], bool] = lambda: False) -> tuple[int, list[str], Stalled | None]:
+    """Apply lines in order: runs of events to distinct instances with ``send_many`` (group
+    commit), each start on its own (it ends a run, so the events after it see the instance
+    it created).
 
-    def flush() -> None:
+    Returns the lines applied, the errors to report, and the line the store could not take
+    after every retry (``None`` when there is none): the caller must apply nothing after it.
+    """
+    ok = 0
+    errors: list[tuple[int, str]] = []
+    run: list[Item] = []
+    ids: set[str] = set()
+
+    def send(items: list[Item]) -> list[tuple[Item, Exception]]:
         nonlocal ok
         results = host.send_many([(item["instance"], Event(item["event"], item.get("data")), None,
-                                   item.get("idempotency_key")) for _, item in events])
-        for (lineno, _), res in zip(events, results, strict=True):
+                                   item.get("idempotency_key")) for _, item in items])
+        unavailable: list[tuple[Item, Exception]] = []
+        for (lineno, item), res in zip(items, results, strict=True):
             if res.error is None:
                 ok += 1
+            elif isinstance(res.error, StoreUnavailable):
+                unavailable.append(((lineno, item), res.error))
             else:   # a refused event is reported, and the run goes on
-                errors.append(f"line {lineno}: {_one_line(res.error)}")
-        events.clear()
+                errors.append((lineno, f"line {lineno}: {_one_line(res.error)}"))
+        return unavailable
 
-    for lineno, item in batch:
-        if "start" not in item:
-            events.append((lineno, item))
-            continue
-        if events:
-            flush()
+    def start(items: list[Item]) -> list[tuple[Item, Exception]]:
+        nonlocal ok
         try:
-            _apply(host, item)
-            ok += 1
+            _apply(host, items[0][1])
+        except StoreUnavailable as exc:
+            return [(items[0], exc)]
         except Exception as exc:  # a refused start is reported, and the run goes on
-            errors.append(f"line {lineno}: {_one_line(exc)}")
-    if events:
-        flush()
-    return ok, errors
+            errors.append((items[0][0], f"line {items[0][0]}: {_one_line(exc)}"))
+        else:
+            ok += 1
+        return []
+
+    def retrying(fn: Callable[[list[Item]], list[tuple[Item, Exception]]], items: list[Item]) -> Stalled | None:
+        # A group the store could not take wrote nothing of it (docs/batch.md), and a run
+        # holds one line per instance, so trying its failed lines again keeps every
+        # instance's order.
+        failed = fn(items)
+        for wait in RETRY_BACKOFF_S:
+            if not failed or stopping():
+                break
+            time.sleep(wait)
+            failed = fn([item for item, _ in failed])
+        if not failed:
+            return None
+        (lineno, _), exc = failed[0]
+        return lineno, f"the store was unavailable ({_one_line(exc)})"
+
+    stalled: Stalled | None = None
+    for lineno, item in batch:
+        if "start" in item or item["instance"] in ids:
+            if run:
+                stalled = retrying(send, run)
+                run, ids = [], set()
+                if stalled:
+                    break
+            if "start" in item:
+                stalled = retrying(start, [(lineno, item)])
+                if stalled:
+                    break
+                continue
+        run.append((lineno, item))
+        ids.add(item["instance"])
+    if run and not stalled:
+        stalled = retrying(send, run)
+    errors.sort()   # retried lines report after the others: back in file order
+    return ok, [e for _, e in errors], stalled
 
 
-def _open_host(location: str, history: int) -> tuple[Host, Any]:
+def _open_host(location: str, history: int, retention: int) -> tuple[Host, Any]:
     store, reg = open_location(location)
     return Host(reg.load_all(), store=store, clock=SystemClock(), on_log=lambda *a: None,
-                history=history or False), store
+                history=history or False, idempotency_retention=retention), store
 
 
 def _close(store: Any) -> None:
@@ -145,16 +235,54 @@ def _close(store: Any) -> None:
 # --------------------------------------------------------------------------- progress and checkpoints
 
 
+class _KeyWindow:
+    """How many keyed lines each instance has been handed since the checkpoint on disk, or
+    more (never fewer): the drive keeps that at most ``retention``, so a resumed run finds
+    every key it sends again (see the module docstring).
+
+    Two generations: ``new`` counts the lines handed out from ``mark`` on, ``old`` those
+    from the mark before. A checkpoint at or past ``mark`` leaves no line of ``old`` after
+    it, so ``old`` is dropped and ``new`` becomes it.
+    """
+
+    def __init__(self, retention: int | None, start: int) -> None:
+        self.retention = retention      # None: no checkpoint file, nothing to bound
+        self.old: dict[str, int] = {}
+        self.new: dict[str, int] = {}
+        self.mark = start
+
+    def full(self, instance: str) -> bool:
+        """Handing out one more keyed line of ``instance`` needs a checkpoint first."""
+        if self.retention is None:
+            return False
+        return self.old.get(instance, 0) + self.new.get(instance, 0) >= self.retention or \
+            len(self.new) >= MAX_TRACKED
+
+    def add(self, instance: str) -> None:
+        if self.retention is not None:
+            self.new[instance] = self.new.get(instance, 0) + 1
+
+    def written(self, resume_from: int, next_line: int) -> None:
+        """A checkpoint at ``resume_from`` was written; ``next_line`` is the next line to read."""
+        if resume_from >= next_line:        # every line handed out is done
+            self.old, self.new = {}, {}
+            self.mark = next_line
+        elif resume_from >= self.mark:
+            self.old, self.new = self.new, {}
+            self.mark = next_line
+
+
 class _Run:
     """Totals of one drive, and its checkpoint file."""
 
-    def __init__(self, args: argparse.Namespace, progress: Progress) -> None:
+    def __init__(self, args: argparse.Namespace, progress: Progress, start: int) -> None:
         self.progress = progress
         self.events = self.ok = self.error_count = 0
         self.errors: list[str] = []
         self.path = args.checkpoint
         self.source = args.events
-        self.last_write = time.monotonic()
+        self.last_write = 0.0
+        self.window = _KeyWindow(args.idempotency_retention if self.path else None, start)
 
     def done(self, lines: int, ok: int, errors: list[str]) -> None:
         self.events += lines
@@ -165,15 +293,20 @@ class _Run:
             if len(self.errors) < MAX_ERRORS_KEPT:
                 self.errors.append(e)
 
-    def checkpoint(self, resume_from: int, *, force: bool = False) -> None:
+    def checkpoint(self, resume_from: int, next_line: int, *, force: bool = False) -> None:
+        """Record ``resume_from`` (every line before it is done; ``next_line`` is the next to read)."""
         if self.path is None or not (force or time.monotonic() - self.last_write >= CHECKPOINT_EVERY_S):
             return
         self.last_write = time.monotonic()
         tmp = f"{self.path}.tmp"
-        with open(tmp, "w", encoding="utf-8") as fh:
-            json.dump({"events": self.source, "resume_from": resume_from, "ok": self.ok,
-                       "errors": self.error_count}, fh)
-        os.replace(tmp, self.path)   # never a half-written checkpoint, whenever the crash comes
+        try:
+            with open(tmp, "w", encoding="utf-8") as fh:
+                fh.write(json.dumps({"events": self.source, "resume_from": resume_from, "ok": self.ok,
+                                     "errors": self.error_count}))
+            os.replace(tmp, self.path)   # never a half-written checkpoint, whenever the crash comes
+        except OSError as exc:
+            raise CliError(f"cannot write the checkpoint {self.path!r}: {exc.strerror or exc}") from None
+        self.window.written(resume_from, next_line)
 
 
 def _resume_line(text: str | None) -> int:
@@ -214,104 +347,240 @@ def _count_lines(path: str) -> int | None:
     return n
 
 
-# --------------------------------------------------------------------------- running
+# --------------------------------------------------------------------------- signals
 
 
-def _lines(fh: TextIO, start: int) -> Iterator[tuple[int, str]]:
-    for lineno, line in enumerate(fh, 1):
+class _Signals:
+    """SIGTERM and SIGINT stop the drive: the handler only records the signal (a flag, no
+    lock the interrupted code might hold). While the reader waits for input it raises
+    :class:`_Interrupted` instead, since a read from a pipe may never return."""
+
+    def __init__(self) -> None:
+        self.signum: int | None = None
+        self.count = 0          # a second SIGTERM hurries the workers (see _drive_workers)
+        self.reading = False
+
+    def handler(self, signum: int, frame: object) -> None:
+        if self.signum is None:
+            self.signum = signum
+        self.count += 1
+        signal.signal(signal.SIGINT, signal.default_int_handler)   # a second Ctrl-C: at once
+        if self.reading:
+            self.reading = False
+            raise _Interrupted
+
+    @contextmanager
+    def installed(self) -> Iterator[_Signals]:
+        if threading.current_thread() is not threading.main_thread():
+            yield self   # only the main thread may set handlers; an embedding caller keeps its own
+            return
+        previous = {sig: signal.signal(sig, self.handler) for sig in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            yield self
+        finally:
+            for sig, old in previous.items():
+                if old is not None:   # None: a handler installed from C, which Python cannot restore
+                    signal.signal(sig, old)
+
+    def message(self) -> str:
+        assert self.signum is not None
+        return f"stopped by {signal.Signals(self.signum).name}"
+
+
+def _lines(fh: TextIO, start: int, signals: _Signals) -> Iterator[tuple[int, str]]:
+    lineno = 0
+    while signals.signum is None:
+        signals.reading = True
+        try:
+            line = fh.readline()
+        finally:
+            signals.reading = False
+        if not line:
+            return
+        lineno += 1
         if lineno >= start:
             yield lineno, line
 
 
-def _drive_inline(args: argparse.Namespace, lines: Iterator[tuple[int, str]], run: _Run, start: int) -> int:
-    host, store = _open_host(args.store, history_keep(args))
+# --------------------------------------------------------------------------- running
+
+
+class _Stop:
+    """Why a drive ended before its input did: the message and the exit code."""
+
+    def __init__(self, message: str, code: int = EXIT_ERROR) -> None:
+        self.message = message
+        self.code = code
+
+
+def _drive_inline(args: argparse.Namespace, lines: Iterator[tuple[int, str]], run: _Run, start: int,
+                  signals: _Signals) -> tuple[int, _Stop | None]:
+    host, store = _open_host(args.store, history_keep(args), args.idempotency_retention)
     next_line = start
     pending: list[Item] = []     # applied BATCH at a time: a group commit each
     seen = 0                     # lines read since the last flush, for the progress bar
+    stalled: Stalled | None = None
 
-    def flush() -> None:
-        nonlocal seen
+    def flush(force: bool = False) -> None:
+        nonlocal seen, stalled
+        applied = bool(pending)
         if pending:
-            run.done(len(pending), *_apply_batch(host, pending))
+            ok, errors, stalled = _apply_batch(host, pending, lambda: signals.signum is not None)
+            run.done(ok + len(errors) if stalled else len(pending), ok, errors)
             pending.clear()
         run.progress.update(seen)
         seen = 0
-        run.checkpoint(next_line)    # every line before next_line is done
+        if (applied or force) and not stalled:
+            run.checkpoint(next_line, next_line, force=force)    # every line before next_line is done
 
+    read_all = False
     try:
-        for lineno, line in lines:
-            if line.strip():
-                item, error = _parse(lineno, line)
-                if item is None:
-                    flush()              # errors come out in file order
-                    run.done(1, 0, [error or ""])
-                else:
-                    pending.append((lineno, item))
-            seen += 1
-            next_line = lineno + 1
-            if len(pending) >= BATCH:
-                flush()
-        flush()
+        try:
+            for lineno, line in lines:
+                if line.strip():
+                    item, error = _parse(lineno, line)
+                    if item is None:
+                        flush()              # errors come out in file order
+                        if stalled:
+                            break
+                        run.done(1, 0, [error or ""])
+                    else:
+                        if item.get("idempotency_key") is not None:
+                            if run.window.full(item["instance"]):
+                                flush(force=True)
+                            run.window.add(item["instance"])
+                        pending.append((lineno, item))
+                seen += 1
+                next_line = lineno + 1
+                if len(pending) >= BATCH:
+                    flush()
+                if stalled or signals.signum is not None:
+                    break
+            else:
+                read_all = signals.signum is None   # the reader stops early on a signal, too
+        except _Interrupted:
+            pass    # a signal while waiting for input: stop as between two lines
+        if read_all and not stalled:
+            flush()
+        if signals.signum is not None and (stalled or pending or not read_all):
+            # a signal may have cut a retry short: the run stopped at that line, or before
+            # the lines not yet applied
+            end = stalled[0] if stalled else pending[0][0] if pending else next_line
+            return end, _Stop(signals.message(), 128 + signals.signum)
+        if stalled:
+            return stalled[0], _Stop(f"stopped at line {stalled[0]}: {stalled[1]}")
+        return next_line, None
     finally:
         _close(store)
-    return next_line
 
 
-def _worker(location: str, history: int, inbox: Any, outbox: Any, wid: int) -> None:
-    """A worker process: apply each batch it is given, report what happened."""
+def _worker(location: str, history: int, retention: int, inbox: Any, outbox: Any, stop: Any, wid: int) -> None:
+    """A worker process: apply each batch it is given, report what happened.
+
+    It stops, after the batch in flight, at the end (``None``), when the parent sets
+    ``stop``, after a line the store could not take (every later line of its instances must
+    wait behind it), or when its parent is gone.
+    """
+    import multiprocessing as mp
+    # Ctrl-C reaches the whole process group, and a service manager may SIGTERM every
+    # process of the service at once: the parent alone decides when the workers stop, so
+    # that it can let them finish what they were handed and checkpoint exactly.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    parent = mp.parent_process()
+    ppid = os.getppid()
+
+    def orphaned() -> bool:
+        return os.getppid() != ppid or (parent is not None and not parent.is_alive())
+
+    def stopping() -> bool:
+        return stop.is_set() or orphaned()
+
     try:
-        host, store = _open_host(location, history)
+        host, store = _open_host(location, history, retention)
     except BaseException as exc:
         outbox.put(("fatal", wid, _one_line(exc)))
         return
     try:
-        while (batch := inbox.get()) is not None:
-            ok, errors = _apply_batch(host, batch)
-            outbox.put(("done", wid, len(batch), ok, errors))
+        while not stopping():
+            try:
+                batch = inbox.get(timeout=POLL_S)
+            except queue.Empty:
+                continue
+            if batch is None or stopping():
+                break
+            ok, errors, stalled = _apply_batch(host, batch, stopping)
+            outbox.put(("done", wid, ok + len(errors) if stalled else len(batch), ok, errors, stalled))
+            if stalled:
+                break
     finally:
         _close(store)
-        outbox.put(("exit", wid))
+        if orphaned():
+            # Nobody reads the queue any more: exit without waiting to flush it into a
+            # pipe that may be full.
+            outbox.cancel_join_thread()
+        else:
+            outbox.put(("exit", wid))
 
 
 def _drive_workers(args: argparse.Namespace, lines: Iterator[tuple[int, str]], run: _Run, start: int,
-                   workers: int) -> int:
+                   workers: int, signals: _Signals) -> tuple[int, _Stop | None]:
     import multiprocessing as mp
     ctx = mp.get_context("spawn")
     outbox = ctx.Queue()
+    stop_event = ctx.Event()
     inboxes = [ctx.Queue(maxsize=8) for _ in range(workers)]
     keep = history_keep(args)
-    procs = [ctx.Process(target=_worker, args=(args.store, keep, inboxes[w], outbox, w), daemon=True)
+    procs = [ctx.Process(target=_worker, args=(args.store, keep, args.idempotency_retention, inboxes[w], outbox,
+                                               stop_event, w), daemon=True)
              for w in range(workers)]
     for p in procs:
         p.start()
     buffers: list[list[Item]] = [[] for _ in range(workers)]
-    inflight: list[deque[int]] = [deque() for _ in range(workers)]   # first line of each unfinished batch
+    inflight: list[deque[int]] = [deque() for _ in range(workers)]   # first line not done of each unfinished batch
     exited: set[int] = set()
+    closing = False               # the workers were told to finish: their exits are expected
+    stops: list[_Stop] = []       # why the run must end early, first reason first
+    stalled: list[Stalled] = []
     next_line = start
+    read_all = False
 
     def resume_point() -> int:
         heads = [d[0] for d in inflight if d] + [b[0][0] for b in buffers if b]
         return min([*heads, next_line])
 
+    def hurry() -> bool:
+        # Stop handing out work: a worker stalled or died, or a second SIGTERM came. A
+        # first signal only stops the reading: what the workers were handed is finished.
+        return bool(stops) or signals.count >= 2
+
     def handle(msg: tuple[Any, ...]) -> None:
         if msg[0] == "done":
-            _, w, n, ok, errors = msg
-            inflight[w].popleft()
+            _, w, n, ok, errors, stall = msg
+            if stall is None:
+                inflight[w].popleft()
+            else:   # the batch is done up to that line; the worker applies nothing after it
+                inflight[w][0] = stall[0]
+                stalled.append(stall)
+                stops.append(_Stop(f"stopped at line {stall[0]}: {stall[1]}"))
             run.done(n, ok, errors)
             run.progress.update(n)
         elif msg[0] == "exit":
             exited.add(msg[1])
+            if not closing and not hurry():
+                stops.append(_Stop(f"drive worker {msg[1]} stopped before the end"))
         else:
-            raise CliError(f"worker {msg[1]} could not start: {msg[2]}")
+            exited.add(msg[1])
+            stops.append(_Stop(f"drive worker {msg[1]} could not start: {msg[2]}"))
 
     def drain(timeout: float | None) -> None:
         try:
             msg = outbox.get(timeout=timeout) if timeout else outbox.get_nowait()
         except queue.Empty:
-            dead = [p for w, p in enumerate(procs) if w not in exited and p.exitcode is not None]
-            if dead and outbox.empty():
-                raise CliError(f"a drive worker died (exit code {dead[0].exitcode}); resume from line "
-                               f"{resume_point()}") from None
+            for w, p in enumerate(procs):
+                if w not in exited and p.exitcode is not None and outbox.empty():
+                    exited.add(w)
+                    stops.append(_Stop(f"a drive worker died (exit code {p.exitcode})"))
             return
         handle(msg)
         while True:
@@ -319,51 +588,102 @@ def _drive_workers(args: argparse.Namespace, lines: Iterator[tuple[int, str]], r
                 handle(outbox.get_nowait())
             except queue.Empty:
                 break
-        run.checkpoint(resume_point())
+        run.checkpoint(resume_point(), next_line)
 
     def dispatch(w: int) -> None:
         batch, buffers[w] = buffers[w], []
-        inflight[w].append(batch[0][0])
-        while True:
+        inflight[w].append(batch[0][0])   # from now on the batch holds the resume point back
+        while not hurry():
             try:
                 inboxes[w].put(batch, timeout=0.05)
                 return
             except queue.Full:
                 drain(None)
 
-    try:
-        for lineno, line in lines:
-            next_line = lineno + 1
-            if not line.strip():
-                run.progress.update(1)
-                continue
-            item, error = _parse(lineno, line)
-            if item is None:
-                run.done(1, 0, [error or ""])
-                run.progress.update(1)
-                continue
-            w = zlib.crc32(item["instance"].encode()) % workers
-            buffers[w].append((lineno, item))
-            if len(buffers[w]) >= BATCH:
-                dispatch(w)
-                drain(None)
+    def advance(instance: str) -> None:
+        # Hand out every buffered line and wait for batches to finish until a checkpoint
+        # leaves room for one more keyed line of ``instance``.
         for w in range(workers):
             if buffers[w]:
                 dispatch(w)
-        for box in inboxes:
-            box.put(None)
-        while len(exited) < workers:
+        while not hurry():
+            run.checkpoint(resume_point(), next_line, force=True)
+            if not run.window.full(instance):
+                return
             drain(0.1)
+
+    def finish() -> None:
+        # Every line read is handed out, then the end; the workers exit when they reach
+        # it, or as soon as their batch in flight is done once hurry() says so.
+        nonlocal closing
+        closing = True
+        for w in range(workers):
+            if buffers[w]:
+                dispatch(w)
+        for w, box in enumerate(inboxes):
+            while not hurry() and w not in exited:
+                try:
+                    box.put(None, timeout=0.05)
+                    break
+                except queue.Full:
+                    drain(None)
+        while len(exited) < workers:
+            if hurry():
+                stop_event.set()
+            drain(0.1)
+
+    try:
+        try:
+            for lineno, line in lines:
+                if line.strip():
+                    item, error = _parse(lineno, line)
+                    if item is None:
+                        run.done(1, 0, [error or ""])
+                        run.progress.update(1)
+                    else:
+                        iid = item["instance"]
+                        if item.get("idempotency_key") is not None:
+                            if run.window.full(iid):
+                                advance(iid)
+                            run.window.add(iid)
+                        w = zlib.crc32(iid.encode()) % workers
+                        buffers[w].append((lineno, item))
+                        if len(buffers[w]) >= BATCH:
+                            dispatch(w)
+                            drain(None)
+                else:
+                    run.progress.update(1)
+                next_line = lineno + 1
+                if hurry() or signals.signum is not None:
+                    break
+            else:
+                read_all = signals.signum is None   # the reader stops early on a signal, too
+        except _Interrupted:
+            pass    # a signal while waiting for input: stop as between two lines
+        finish()
     finally:
+        stop_event.set()
+        for box in inboxes:
+            box.cancel_join_thread()   # batches nobody will take must not hold up our exit
         for p in procs:
             p.join(timeout=5)
             if p.is_alive():
-                p.terminate()
-    return next_line
+                p.kill()    # a worker ignores SIGTERM (see _worker)
+    end = resume_point()
+    if signals.signum is not None and not (read_all and end == next_line):   # not if it all got done anyway
+        return end, _Stop(signals.message(), 128 + signals.signum)
+    if stalled:
+        first, why = min(stalled)
+        return end, _Stop(f"stopped at line {first}: {why}")
+    if stops:
+        return end, stops[0]
+    return end, None
 
 
 def cmd_drive(args: argparse.Namespace) -> int:
     workers = max(1, args.workers)
+    if args.idempotency_retention < 1:
+        raise CliError("--idempotency-retention takes a number of keys, at least 1", EXIT_USAGE)
     start = _resume_line(args.resume_from)
     try:
         fh = _open_events(args.events)
@@ -372,25 +692,32 @@ def cmd_drive(args: argparse.Namespace) -> int:
         raise CliError(f"cannot read {args.events!r}: {exc.strerror or exc}") from None
     show = (not args.json and sys.stderr.isatty()) or args.progress
     progress = Progress(show, total, min(start - 1, total) if total is not None else start - 1)
-    run = _Run(args, progress)
+    run = _Run(args, progress, start)
     started = time.perf_counter()
     try:
-        with fh:
-            lines = _lines(fh, start)
+        with fh, _Signals().installed() as signals:
+            # a file left by another run must not send a crash back further than this one started
+            run.checkpoint(start, start, force=True)
+            lines = _lines(fh, start, signals)
             if workers == 1:
-                end = _drive_inline(args, lines, run, start)
+                end, stop = _drive_inline(args, lines, run, start, signals)
             else:
-                end = _drive_workers(args, lines, run, start, workers)
+                end, stop = _drive_workers(args, lines, run, start, workers, signals)
+            run.checkpoint(end, end, force=True)
     finally:
         progress.close()
-    run.checkpoint(end, force=True)
     elapsed = time.perf_counter() - started
     data = {"events": run.events, "ok": run.ok, "errors": run.errors, "error_count": run.error_count,
             "resumed_from": start, "resume_from": end, "seconds": round(elapsed, 3),
-            "events_per_s": round(run.events / elapsed) if elapsed else None}
+            "events_per_s": round(run.events / elapsed) if elapsed else None,
+            "stopped": stop.message if stop else None}
     tail = f"; {run.error_count} line(s) failed (above)" if run.error_count else ""
     emit(args, data, f"drove {run.ok}/{run.events} events in {elapsed:.2f}s "
                      f"({run.events / elapsed if elapsed else 0:,.0f}/s, {workers} worker(s)){tail}")
+    if stop is not None:
+        where = f"--resume-from {args.checkpoint}" if args.checkpoint else f"--resume-from {end}"
+        print(f"statebound: error: {stop.message}; resume with {where}", file=sys.stderr)
+        return stop.code
     return 0 if not run.error_count else EXIT_ERROR
 
 
@@ -400,6 +727,9 @@ def register(sub: Any) -> None:
     s.add_argument("events", help='file of {"instance": ..., "event": ..., "data": ...} lines, or -')
     s.add_argument("--workers", type=int, default=1, help="processes, events of one instance stay in order")
     s.add_argument("--progress", action="store_true", help="show the progress bar even when not on a tty")
-    s.add_argument("--checkpoint", metavar="FILE", help="record the line to resume from, about once a second")
+    s.add_argument("--checkpoint", metavar="FILE", help="record the line to resume from (several times a second)")
     s.add_argument("--resume-from", metavar="LINE|FILE", help="skip the lines before LINE (or a checkpoint's)")
+    s.add_argument("--idempotency-retention", type=int, metavar="N", default=DEFAULT_RETENTION,
+                   help=f"idempotency keys each instance keeps (default {DEFAULT_RETENTION}); the checkpoint "
+                        "never falls more than N keyed lines of an instance behind")
     s.set_defaults(fn=cmd_drive)

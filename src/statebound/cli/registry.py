@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import sqlite3
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from .. import Chart
+from ..host.sqlite import _map_sqlite_errors
 
 __all__ = ["ChartRegistry", "SQLiteChartRegistry", "DynamoChartRegistry", "charts_from_rows"]
 
@@ -46,28 +49,62 @@ def charts_from_rows(rows: list[tuple[str, str | None, bytes, str | None]]) -> l
 
 
 class SQLiteChartRegistry(ChartRegistry):
-    """The registry as a table in the SQLite database that holds the instances."""
+    """The registry as a table in the SQLite database that holds the instances.
 
-    def __init__(self, db_path: str) -> None:
-        self.db = sqlite3.connect(db_path, timeout=30, isolation_level=None)
-        self.db.execute("CREATE TABLE IF NOT EXISTS cli_chart_revisions (name TEXT NOT NULL, identity TEXT NOT NULL, "
-                        "path TEXT, source BLOB NOT NULL, seq INTEGER NOT NULL, PRIMARY KEY (name, identity))")
-        columns = {row[1] for row in self.db.execute("PRAGMA table_info(cli_chart_revisions)")}
-        if "trust" not in columns:  # a registry written before charts had a trust level
-            self.db.execute("ALTER TABLE cli_chart_revisions ADD COLUMN trust TEXT")
+    Every driver error comes out as the store's would (``StoreUnavailable``: locked past
+    ``timeout_s``, not a database, an I/O error), never as an ``sqlite3`` one. Many processes
+    may open one new file at once: the table is created whole, and a file from before charts
+    had a trust level gets the column added once, under the write lock.
+    """
+
+    def __init__(self, db_path: str, timeout_s: float = 30.0) -> None:
+        with _map_sqlite_errors():
+            self.db = sqlite3.connect(db_path, timeout=timeout_s, isolation_level=None)
+        try:
+            with _map_sqlite_errors():
+                self.db.execute("CREATE TABLE IF NOT EXISTS cli_chart_revisions (name TEXT NOT NULL, "
+                                "identity TEXT NOT NULL, path TEXT, source BLOB NOT NULL, seq INTEGER NOT NULL, "
+                                "trust TEXT, PRIMARY KEY (name, identity))")
+                if not self._has_trust():
+                    # Every process that opens the old file at once sees the column missing:
+                    # only the first to take the write lock may add it.
+                    with self._transaction():
+                        if not self._has_trust():
+                            self.db.execute("ALTER TABLE cli_chart_revisions ADD COLUMN trust TEXT")
+        except BaseException:
+            self.db.close()
+            raise
+
+    def _has_trust(self) -> bool:
+        return "trust" in {row[1] for row in self.db.execute("PRAGMA table_info(cli_chart_revisions)")}
+
+    @contextmanager
+    def _transaction(self) -> Iterator[None]:
+        self.db.execute("BEGIN IMMEDIATE")
+        try:
+            yield
+            self.db.execute("COMMIT")
+        except BaseException:
+            if self.db.in_transaction:
+                self.db.execute("ROLLBACK")
+            raise
 
     def remember(self, chart: Chart, path: str, source: bytes) -> None:
         """Record ``chart``; it becomes the latest revision of its name."""
-        seq = self.db.execute("SELECT coalesce(max(seq), 0) + 1 FROM cli_chart_revisions").fetchone()[0]
-        self.db.execute("INSERT INTO cli_chart_revisions (name, identity, path, source, seq, trust) "
-                        "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (name, identity) "
-                        "DO UPDATE SET path = excluded.path, seq = excluded.seq",
-                        (chart.name, chart.identity, path, source, seq, chart.trust))
+        # One transaction: two processes remembering at once must not both read the same
+        # max(seq), or both revisions would get one number and the latest be either.
+        with _map_sqlite_errors(), self._transaction():
+            seq = self.db.execute("SELECT coalesce(max(seq), 0) + 1 FROM cli_chart_revisions").fetchone()[0]
+            self.db.execute("INSERT INTO cli_chart_revisions (name, identity, path, source, seq, trust) "
+                            "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (name, identity) "
+                            "DO UPDATE SET path = excluded.path, seq = excluded.seq",
+                            (chart.name, chart.identity, path, source, seq, chart.trust))
 
     def load_all(self) -> list[Chart]:
         """Every remembered revision, oldest first."""
-        return charts_from_rows(list(self.db.execute(
-            "SELECT name, path, source, trust FROM cli_chart_revisions ORDER BY seq")))
+        with _map_sqlite_errors():
+            rows = list(self.db.execute("SELECT name, path, source, trust FROM cli_chart_revisions ORDER BY seq"))
+        return charts_from_rows(rows)
 
     def close(self) -> None:
         """Close the registry's connection."""
