@@ -1040,3 +1040,43 @@ def test_redrive_leaves_a_dead_invoke_row_dead_and_says_why(store_url, capsys):
     assert d["redriven"] == [] and [r["instance"] for r in d["refused"]] == ["p1"]
     assert "dead invoke row" in fails(capsys, "redrive", "p1", "1", code=2)
     assert len(ok_json(capsys, "timers", "--dead")["timers"]) == 1
+
+
+def test_a_store_made_by_the_first_cli_keeps_its_charts(db, capsys):
+    # the first CLI kept one revision per name in a table 'cli_charts' that no later version
+    # read: after an upgrade every instance failed with "chart ... is not registered"
+    import sqlite3
+    chart = sb.Chart.from_file(ORDER)
+    host = sb.Host([chart], store=sb.SQLiteStore(db), clock=sb.ManualClock(0))
+    host.start("order", "o-1", data={"payment_timeout": "1h"})
+    host.store.close()
+    con = sqlite3.connect(db)
+    con.execute("CREATE TABLE cli_charts (name TEXT PRIMARY KEY, identity TEXT NOT NULL, path TEXT, source BLOB NOT NULL)")
+    con.execute("INSERT INTO cli_charts VALUES (?, ?, ?, ?)", (chart.name, chart.identity, ORDER,
+                                                                Path(ORDER).read_bytes()))
+    con.commit()
+    con.close()
+    assert ok_json(capsys, "show", "o-1")["configuration"] == ["Pending"]
+    ok(capsys, "send", "o-1", "StartPayment")
+    con = sqlite3.connect(db)
+    try:   # adopted once, the old table gone
+        assert con.execute("SELECT count(*) FROM sqlite_master WHERE name = 'cli_charts'").fetchone()[0] == 0
+    finally:
+        con.close()
+
+
+def test_a_remembered_revision_that_no_longer_compiles_fails_only_its_own_instances(db, capsys):
+    # a rule tightened since (ids starting with '_sb_' are reserved) made one remembered
+    # revision fail to compile, and every command on the store failed with it
+    import sqlite3
+    ok(capsys, "start", ORDER, "o-1")
+    old = ('<scxml xmlns="http://www.w3.org/2005/07/scxml" version="1.0" name="legacy" initial="_sb_wait">'
+           '<state id="_sb_wait"/></scxml>')
+    con = sqlite3.connect(db)
+    con.execute("INSERT INTO cli_chart_revisions (name, identity, path, source, seq, trust) VALUES "
+                "('legacy', 'sha256:gone', NULL, ?, 99, NULL)", (old.encode(),))
+    con.commit()
+    con.close()
+    assert ok_json(capsys, "show", "o-1")["configuration"] == ["Pending"]
+    ok(capsys, "send", "o-1", "StartPayment")
+    assert ok_json(capsys, "sweep", "--once")["fired"] == 0

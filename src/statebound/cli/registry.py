@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import sqlite3
 import time
 from collections.abc import Iterator
@@ -10,9 +11,12 @@ from pathlib import Path
 from typing import Any
 
 from .. import Chart
+from ..exceptions import ChartError
 from ..host.sqlite import _map_sqlite_errors
 
 __all__ = ["ChartRegistry", "SQLiteChartRegistry", "DynamoChartRegistry", "charts_from_rows"]
+
+log = logging.getLogger("statebound")
 
 
 class ChartRegistry:
@@ -44,7 +48,15 @@ def charts_from_rows(rows: list[tuple[str, str | None, bytes, str | None]]) -> l
     out = []
     for name, path, source, trust in rows:
         base = str(Path(path).parent) if path else None
-        out.append(Chart.from_scxml(source, name=name, base_path=base, trust=trust or "trusted"))
+        try:
+            out.append(Chart.from_scxml(source, name=name, base_path=base, trust=trust or "trusted"))
+        except ChartError as exc:
+            # A revision this version no longer compiles (a rule tightened since it was
+            # started: ids starting with '_sb_', say) failed every command on the store, for
+            # every instance. Skipped, only its own instances fail (their chart is unknown).
+            log.warning("chart %r (%s), remembered in the store, no longer compiles and is skipped; its "
+                        "instances cannot run until it is started again in a form that compiles: %s",
+                        name, path or "no path", exc)
     return out
 
 
@@ -71,9 +83,30 @@ class SQLiteChartRegistry(ChartRegistry):
                     with self._transaction():
                         if not self._has_trust():
                             self.db.execute("ALTER TABLE cli_chart_revisions ADD COLUMN trust TEXT")
+                if self._has_table("cli_charts"):
+                    self._adopt_first_registry()
         except BaseException:
             self.db.close()
             raise
+
+    def _has_table(self, name: str) -> bool:
+        return self.db.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?",
+                               (name,)).fetchone() is not None
+
+    def _adopt_first_registry(self) -> None:
+        """Bring in the charts of the CLI's first registry (one revision per name, table
+        ``cli_charts``), which no version since read: a store it made lost its charts on
+        upgrade, and every instance failed with "not registered". Once, under the lock."""
+        with self._transaction():
+            if not self._has_table("cli_charts"):
+                return   # another process adopted it meanwhile
+            for n, (name, identity, path, source) in enumerate(
+                    self.db.execute("SELECT name, identity, path, source FROM cli_charts ORDER BY name").fetchall()):
+                # before every later revision: the first registry's charts are the oldest
+                self.db.execute("INSERT INTO cli_chart_revisions (name, identity, path, source, seq, trust) "
+                                "VALUES (?, ?, ?, ?, ?, NULL) ON CONFLICT (name, identity) DO NOTHING",
+                                (name, identity, path, source, n - 1_000_000))
+            self.db.execute("DROP TABLE cli_charts")
 
     def _has_trust(self) -> bool:
         return "trust" in {row[1] for row in self.db.execute("PRAGMA table_info(cli_chart_revisions)")}
