@@ -309,19 +309,7 @@ class Sweeper:
         one worker, the host's group commit (:meth:`Host.fire_many`) takes them together."""
         if self.workers == 1 or len(rows) < 2:
             return self.host.fire_many(rows, node_id=self.node_id)
-        groups: dict[str, list[int]] = {}
-        for i, row in enumerate(rows):
-            groups.setdefault(row.instance_id, []).append(i)
-        results: list[FireResult | None] = [None] * len(rows)
-
-        def fire_group(indexes: list[int]) -> None:
-            for i in indexes:
-                results[i] = self.host.fire(rows[i], node_id=self.node_id)
-
-        pool = self._executor()
-        for future in [pool.submit(fire_group, idx) for idx in groups.values()]:
-            future.result()   # a host.fire never raises for a delivery; a store outage does
-        return [r for r in results if r is not None]
+        return [r for r in self._pooled(rows) if r is not None]
 
     def _fire_until(self, rows: Sequence[TimerRow], stopped: Callable[[], bool]
                     ) -> tuple[list[FireResult], list[TimerRow]]:
@@ -338,6 +326,15 @@ class Sweeper:
                     return done, list(rows[i:])
                 done.append(self.host.fire(row, node_id=self.node_id))
             return done, []
+        results = self._pooled(rows, stopped)
+        return [r for r in results if r is not None], [rows[i] for i, r in enumerate(results) if r is None]
+
+    def _pooled(self, rows: Sequence[TimerRow], stopped: Callable[[], bool] | None = None
+                ) -> list[FireResult | None]:
+        """Fire ``rows`` one commit each, ``workers`` at a time, the rows of one instance in
+        order, one after another; each row's result in its place, ``None`` for a row not
+        fired because ``stopped`` said so before it (an instance's later rows stop with it:
+        they fire in due order)."""
         groups: dict[str, list[int]] = {}
         for i, row in enumerate(rows):
             groups.setdefault(row.instance_id, []).append(i)
@@ -345,14 +342,14 @@ class Sweeper:
 
         def fire_group(indexes: list[int]) -> None:
             for i in indexes:
-                if stopped():
-                    return   # and the instance's later rows with it: they fire in due order
+                if stopped is not None and stopped():
+                    return
                 results[i] = self.host.fire(rows[i], node_id=self.node_id)
 
         pool = self._executor()
         for future in [pool.submit(fire_group, idx) for idx in groups.values()]:
-            future.result()
-        return [r for r in results if r is not None], [rows[i] for i, r in enumerate(results) if r is None]
+            future.result()   # a host.fire never raises for a delivery; a store outage does
+        return results
 
     def _executor(self) -> ThreadPoolExecutor:
         with self._pool_lock:
