@@ -571,6 +571,21 @@ class StoreContract:
             store.commit(Commit(timers_put=(timer("a", 9, 10),), timers_expect=((("a", 9), (SUSPENDED,)),)))
         assert store.get_timer(("a", 9)) is None
 
+    def test_release_without_an_attempt_gives_the_claim_back_as_it_was(self, store):
+        # a sweep stopped by its deadline before the row: ready again at once, attempts and
+        # last error untouched (counted, a row cut short often enough would have died)
+        self._needs_exclusive_claims()
+        put(store, timer("a", 1, 10))
+        (row,) = store.claim_due(100, 10, "n1", 1000)
+        store.release(row.key, "n1", error="boom", next_attempt_at_ms=200, dead=False)   # a real failure first
+        (row,) = store.claim_due(300, 10, "n1", 1000)
+        store.release(row.key, "n2", error="", next_attempt_at_ms=None, dead=False, attempt=False)
+        assert store.get_timer(row.key).state == CLAIMED           # not n2's claim to give back
+        store.release(row.key, "n1", error="", next_attempt_at_ms=None, dead=False, attempt=False)
+        back = store.get_timer(row.key)
+        assert (back.state, back.attempts, back.last_error, back.claimed_by) == (PENDING, 1, "boom", None)
+        assert keys(store.claim_due(300, 10, "n2", 1000)) == [("a", 1)]   # at once, no lease to wait out
+
     def test_release_dead_parks_the_row(self, store):
         put(store, timer("a", 1, 10), timer("a", 2, 10))
         store.claim_due(10, 10, "n1", 100)

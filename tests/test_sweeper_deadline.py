@@ -15,7 +15,7 @@ import pytest
 import statebound as sb
 from statebound.host.memory_wakeup import MemoryWakeup
 from statebound.host.processors import Delivery
-from statebound.host.store import CLAIMED, PENDING
+from statebound.host.store import PENDING
 from statebound.host.wakeup import WakeupRequest
 
 T0 = 1_700_000_000_000
@@ -69,11 +69,10 @@ def _rows(host, n):
     return [r for i in range(n) for r in host.pending_timers(f"n{i}")]
 
 
-def test_a_sweep_stops_at_its_deadline_and_leaves_the_rest_claimed_without_an_attempt(store):
+def test_a_sweep_stops_at_its_deadline_and_gives_the_rest_back_without_an_attempt(store):
     """10 rows, each a second to deliver, a deadline 3.5 s away: four are handed over and
-    the sweep returns saying more is due. The six it claimed and did not reach keep its
-    claim (no attempt counted, nothing fired) until the lease lapses, and then the next
-    sweep delivers each once."""
+    the sweep returns saying more is due. The six it claimed and did not reach are given
+    back at once (no attempt counted, nothing fired), and the next sweep delivers each once."""
     host, clock, receiver = _host(store, 5)
     start = clock.now_ms()
     sweeper = sb.Sweeper(host, node_id="a", lease_s=30)
@@ -82,13 +81,37 @@ def test_a_sweep_stops_at_its_deadline_and_leaves_the_rest_claimed_without_an_at
     assert clock.now_ms() == start + 4_000                      # one row past the deadline at most
     left = {r.key: r for r in _rows(host, 5)}
     assert set(left) == set(report.unreached)
-    assert all(r.state == CLAIMED and r.claimed_by == "a" and r.attempts == 0 for r in left.values())
-    assert sb.Sweeper(host, node_id="b").run_once().total == 0   # still a's, within its lease
-    clock.advance(30_000)
-    rest = sb.Sweeper(host, node_id="b").run_once()
+    assert all(r.state == PENDING and r.claimed_by is None and r.attempts == 0 and r.last_error is None
+               for r in left.values())
+    rest = sb.Sweeper(host, node_id="b").run_once()            # the next run, long before a lease lapses
     assert (rest.delivered, rest.more, rest.unreached) == (6, False, ())
     assert sorted(receiver.keys) == sorted(set(receiver.keys)) and len(receiver.keys) == 10
     assert _rows(host, 5) == []
+
+
+ORDERED = """<scxml xmlns="http://www.w3.org/2005/07/scxml" version="1.0" name="ordered" initial="a" datamodel="python">
+ <state id="a">
+  <onentry><send event="e1" delay="1s"/><send event="e2" delay="2s"/></onentry>
+  <transition event="e1" target="b"/><transition event="e2" target="bad"/>
+ </state>
+ <state id="b"><transition event="e2" target="ok"/></state>
+ <state id="ok"/><state id="bad"/>
+</scxml>"""
+
+
+def test_a_row_a_deadline_left_fires_before_a_later_row_of_its_instance(store):
+    # left claimed until its lease lapsed, e1 fired 30 s late, after e2, which the next run
+    # had claimed as soon as it came due: the chart took its timers in the wrong order
+    clock = sb.ManualClock(T0)
+    host = sb.Host([sb.Chart.from_scxml(ORDERED)], store=store, clock=clock)
+    host.start("ordered", "i1")
+    clock.advance(1_000)
+    claimed: list = []
+    report = sb.Sweeper(host, node_id="a").run_once(stop=lambda: bool(claimed) or bool(claimed.append(1)))
+    assert report.more and report.unreached == (("i1", 1),)
+    clock.advance(1_000)
+    assert sb.Sweeper(host, node_id="b").run_once().fired == 2
+    assert host.get("i1").configuration == frozenset({"ok"})
 
 
 def test_without_a_stop_the_sweep_keeps_group_commit_and_with_one_fires_row_by_row(store, monkeypatch):

@@ -216,3 +216,16 @@ def test_the_handlers_start_nothing_when_the_invocation_starts_inside_its_margin
     out = lambda_handlers.fallback_sweep(sweeper, period_ms=300_000, remaining_ms=lambda: 4_000)
     assert (out["more"], out["failed"]) == (True, 0)
     assert sorted(r.attempts for r in _rows(lam, 2)) == [1, 1]   # nothing read, fired or claimed
+
+
+def test_a_margin_that_leaves_no_time_to_sweep_is_logged(caplog):
+    # every run then fired nothing and said more, with nothing to tell why
+    import logging
+
+    import statebound as sb
+    from statebound.dynamodb.lambda_handlers import fallback_sweep
+    host = sb.Host([], store=sb.MemoryStore(), clock=sb.ManualClock(0))
+    with caplog.at_level(logging.WARNING, logger="statebound"):
+        out = fallback_sweep(sb.Sweeper(host), period_ms=300_000, remaining_ms=lambda: 1_000, margin_ms=5_000)
+    assert out["fired"] == 0 and out["more"] is True
+    assert any("no time to sweep" in r.getMessage() for r in caplog.records)

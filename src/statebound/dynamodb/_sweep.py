@@ -415,8 +415,8 @@ class Sweep:
         rows.sort(key=_order)
         return rows[:limit]
 
-    def release(self, key: TimerKey, node_id: str, *, error: str, next_attempt_at_ms: int,
-                dead: bool) -> None:
+    def release(self, key: TimerKey, node_id: str, *, error: str, next_attempt_at_ms: int | None,
+                dead: bool, attempt: bool = True) -> None:
         """Give a row back after a failed delivery (see :meth:`DynamoStore.release`)."""
         store = self.store
         with self.lock:
@@ -438,8 +438,8 @@ class Sweep:
         if row.state == SUSPENDED:
             dead = False   # parked until resume, which sends it back to pending
         new = replace(row, state=SUSPENDED if row.state == SUSPENDED else DEAD if dead else PENDING,
-                      attempts=row.attempts + 1,
-                      last_error=error_text(error), next_attempt_at_ms=next_attempt_at_ms,
+                      attempts=row.attempts + attempt,
+                      last_error=error_text(error) if attempt else row.last_error, next_attempt_at_ms=next_attempt_at_ms,
                       claimed_by=None, claim_expires_ms=None)
         try:
             store._call("put_item", TableName=store.table_name, Item=store._failed_row_item(new),

@@ -174,8 +174,8 @@ def fallback_sweep(sweeper: Sweeper, *, period_ms: int, overlap_ms: int = 60_000
     (one read per shard); firing a backlog (after an outage) is not, so it stops at the
     deadline and ``more`` says rows were left for the next run. Otherwise a run killed by
     its timeout behind a backlog would never arm the long timers at all. Rows the last
-    sweep claimed and did not reach keep its claim until the sweeper's ``lease_s`` lapses
-    (see ``Sweeper.run_once``), well within the schedule's period. A wake-up backend
+    sweep claimed and did not reach are given back, no attempt counted (see
+    ``Sweeper.run_once``), for the next run. A wake-up backend
     that refuses (SQS down) is logged and counted in ``arm_failed``; the run still fires
     what is due.
     """
@@ -184,9 +184,13 @@ def fallback_sweep(sweeper: Sweeper, *, period_ms: int, overlap_ms: int = 60_000
     out["armed"], out["arm_failed"] = max(armed, 0), max(-armed, 0)
     out["more"] = False
     deadline = None if remaining_ms is None else Deadline(remaining_ms, margin_ms, clock=sweeper.host.clock)
-    for _ in range(_MAX_SWEEPS):
+    for n in range(_MAX_SWEEPS):
         if deadline is not None and deadline.check():
-            out["more"] = True
+            out["more"] = True   # (not known otherwise: the sweep that would say was not run)
+            if n == 0 and remaining_ms is not None:
+                # a margin at or above the time an invocation has: every run fires nothing
+                log.warning("the fallback sweep had no time to sweep: %d ms left, margin %d ms; "
+                            "lower margin_ms or raise the function's timeout", remaining_ms(), margin_ms)
             break
         report = sweeper.run_once(stop=deadline)
         for name in ("fired", "discarded", "stale", "failed", "skipped"):

@@ -597,15 +597,16 @@ class DynamoStore:
         """
         return self._sweep.claim_due(now_ms, limit, node_id, lease_ms)
 
-    def release(self, key: TimerKey, node_id: str, *, error: str, next_attempt_at_ms: int,
-                dead: bool) -> None:
+    def release(self, key: TimerKey, node_id: str, *, error: str, next_attempt_at_ms: int | None,
+                dead: bool, attempt: bool = True) -> None:
         """Give a row back after a failed delivery: attempts + 1, error, backoff or dead.
 
         Re-reads the row and writes it back on the condition that its state and attempts
         are unchanged, so two sweepers that both failed the same row count one attempt,
         and a row completed meanwhile is left alone. A no-op if the row is gone or done.
         """
-        self._sweep.release(key, node_id, error=error, next_attempt_at_ms=next_attempt_at_ms, dead=dead)
+        self._sweep.release(key, node_id, error=error, next_attempt_at_ms=next_attempt_at_ms, dead=dead,
+                            attempt=attempt)
 
     def next_due(self) -> int | None:
         """Best-effort earliest ready time among this store's shards, or ``None``.

@@ -171,8 +171,8 @@ class MemoryStore:
                 out.append(claimed)
             return out
 
-    def release(self, key: TimerKey, node_id: str, *, error: str, next_attempt_at_ms: int,
-                dead: bool) -> None:
+    def release(self, key: TimerKey, node_id: str, *, error: str, next_attempt_at_ms: int | None,
+                dead: bool, attempt: bool = True) -> None:
         """Return a claimed row after a failure (attempts counted, backoff or dead); a row
         suspended meanwhile stays suspended, and one done, dead or waiting is left alone."""
         with self._lock:
@@ -182,8 +182,8 @@ class MemoryStore:
             if row.state == CLAIMED and row.claimed_by not in (None, node_id):
                 return
             state = SUSPENDED if row.state == SUSPENDED else DEAD if dead else PENDING
-            self._timers[key] = replace(row, state=state,
-                                        attempts=row.attempts + 1, last_error=error,
+            self._timers[key] = replace(row, state=state, attempts=row.attempts + attempt,
+                                        last_error=error if attempt else row.last_error,
                                         next_attempt_at_ms=next_attempt_at_ms,
                                         claimed_by=None, claim_expires_ms=None)
 

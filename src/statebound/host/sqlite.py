@@ -202,7 +202,7 @@ _SQL_NEXT_DUE = f"""
 _SQL_RELEASE = f"""
     UPDATE timers
        SET state = CASE state WHEN '{SUSPENDED}' THEN '{SUSPENDED}' ELSE ? END,
-           attempts = attempts + 1, last_error = ?, next_attempt_at_ms = ?,
+           attempts = attempts + ?, last_error = ifnull(?, last_error), next_attempt_at_ms = ?,
            ready_at_ms = max(due_at_ms, ifnull(?, due_at_ms)),
            claimed_by = NULL, claim_expires_ms = NULL
      WHERE instance_id = ? AND ordinal = ? AND state IN ('{PENDING}', '{CLAIMED}', '{SUSPENDED}')
@@ -1090,14 +1090,14 @@ class SQLiteStore:
             log.error("timer row %s cannot be read; parked as dead: %s", key, why)
         return claimed
 
-    def release(self, key: TimerKey, node_id: str, *, error: str, next_attempt_at_ms: int,
-                dead: bool) -> None:
+    def release(self, key: TimerKey, node_id: str, *, error: str, next_attempt_at_ms: int | None,
+                dead: bool, attempt: bool = True) -> None:
         """Give a row back after a failed delivery: ``attempts += 1``, the error and backoff
         recorded, or the row parked as ``dead``; a row suspended meanwhile stays suspended.
         A no-op if the row is gone, done, dead or waiting, or if another node holds the claim."""
         with self._write():
-            self._execute(_SQL_RELEASE, (DEAD if dead else PENDING, error, next_attempt_at_ms,
-                                         next_attempt_at_ms, key[0], key[1], node_id))
+            self._execute(_SQL_RELEASE, (DEAD if dead else PENDING, int(attempt), error if attempt else None,
+                                         next_attempt_at_ms, next_attempt_at_ms, key[0], key[1], node_id))
 
     def next_due(self) -> int | None:
         """The earliest time some row becomes ready: a pending row's ``ready_at_ms`` or a

@@ -468,10 +468,15 @@ class Store(Protocol):
         """
         ...
 
-    def release(self, key: TimerKey, node_id: str, *, error: str, next_attempt_at_ms: int,
-                dead: bool) -> None:
+    def release(self, key: TimerKey, node_id: str, *, error: str, next_attempt_at_ms: int | None,
+                dead: bool, attempt: bool = True) -> None:
         """Give a claimed row back after a failed delivery: ``attempts += 1``, record the
-        error and the backoff time, or park it as ``dead``. A no-op if the row is gone."""
+        error and the backoff time, or park it as ``dead``. A no-op if the row is gone.
+
+        With ``attempt=False`` the row was never tried (a sweep stopped by its deadline before
+        it): it goes back to pending with its attempts and last error as they were, ready at
+        ``next_attempt_at_ms`` (``None``: its due time), so that it fires before a later row of
+        its instance instead of after its lease."""
         ...
 
     def next_due(self) -> int | None:

@@ -179,12 +179,11 @@ class Sweeper:
         :param stop: a deadline: set (an Event) or returning true (a callable) when the sweep
             must start nothing more. It is checked before the claim and before every row, so
             the sweep overruns it by one row at most (by one row per worker with ``workers >
-            1``), and the report says ``more``. Rows claimed and not reached are neither
-            fired nor released (a release would count a failed attempt against them): they
-            keep this sweeper's claim until ``lease_s`` lapses, and then any sweep takes
-            them (a ``DynamoStore`` claim is only in its own process: other processes may
-            take them at once). In-process wake-ups taken and not reached are handed back to
-            ``wakeups``. With a ``stop``, rows fire one commit each (``workers`` at a time),
+            1``), and the report says ``more``. Rows claimed and not reached are given back
+            at once, no attempt counted (``store.release(..., attempt=False)``), so that the
+            next sweep takes them before any later row of their instance; one the store does
+            not take back keeps the claim until ``lease_s`` lapses. In-process wake-ups taken
+            and not reached are handed back to ``wakeups``. With a ``stop``, rows fire one commit each (``workers`` at a time),
             so that the sweep can end between any two; without one, one worker fires them
             with the host's group commit.
         """
@@ -259,9 +258,25 @@ class Sweeper:
             fired, unfired = self._fire_until(rows, stopped)
             results += fired
             unreached += [r.key for r in unfired]
+            self._unclaim(unfired)
             report = _report(results, empty, more=bool(unfired), unreached=tuple(unreached))
         self.metrics.add(report)
         return report
+
+    def _unclaim(self, rows: Sequence[TimerRow]) -> None:
+        """Give claimed rows the sweep did not reach back at once, no attempt counted: left
+        claimed until the lease lapsed, a later row of the same instance (due meanwhile, and
+        claimed by the next sweep) fired before them. A row that cannot be given back keeps
+        the claim, and is taken when it lapses."""
+        store = self.host.store
+        for row in rows:
+            try:
+                store.release(row.key, self.node_id, error="", next_attempt_at_ms=row.next_attempt_at_ms,
+                              dead=False, attempt=False)
+            except StoreUnavailable as exc:
+                log.warning("row %s was not reached before the sweep's deadline and could not be given back "
+                            "(%s): it is taken again when its claim lapses", row.key, exc)
+                return
 
     def _give_back(self, due: list[tuple[TimerKey, int]], now: int) -> None:
         request = getattr(self.wakeups, "request", None)
