@@ -452,3 +452,75 @@ def test_drive_stops_while_sqlite_stays_locked_and_resumes_after(setup, tmp_path
         locker.close()
         reader.close()
         _reap(proc)
+
+
+def test_a_pipe_given_as_the_input_is_read_by_the_run(setup, tmp_path, capsys):
+    # counting the lines for the progress bar read a FIFO (or <(...)) to its end first: the
+    # run then drove 0 of 0 lines and exited 0, every line lost
+    import threading
+    db, chart = setup
+    _start(db, "p")
+    fifo = tmp_path / "events.fifo"
+    os.mkfifo(fifo)
+
+    def write():
+        with open(fifo, "w") as fh:
+            fh.writelines(_event("p", n, key=False) for n in range(11))
+    writer = threading.Thread(target=write, daemon=True)
+    writer.start()
+    # in a process of its own, so that a regression (which may block on the pipe) fails here
+    result = subprocess.run([sys.executable, "-m", "statebound.cli", "--store", str(db), "drive", str(fifo)],
+                            capture_output=True, text=True, timeout=TIMEOUT)
+    writer.join(TIMEOUT)
+    assert result.returncode == 0, result.stderr
+    assert Reader(db, chart).seen("p") == list(range(11))
+
+
+def test_a_checkpoint_of_another_input_is_refused(setup, tmp_path, capsys):
+    # its line number skipped lines of this input, silently
+    db, _chart = setup
+    _start(db, "q")
+    a, b = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    a.write_text("".join(_event("q", n) for n in range(20)))
+    b.write_text("".join(_event("q", 100 + n) for n in range(5)))
+    assert main(["--store", str(db), "drive", str(a), "--checkpoint", "ck.json"]) == 0
+    assert main(["--store", str(db), "drive", str(b), "--resume-from", "ck.json"]) == 2
+    assert "is of" in capsys.readouterr().err
+    assert main(["--store", str(db), "drive", str(a), "--resume-from", "ck.json"]) == 0   # its own input: fine
+
+
+def test_line_numbers_are_the_files_own_with_a_stray_carriage_return(setup, tmp_path, capsys):
+    # universal newlines split a line at a lone CR: both halves were applied, and every later
+    # error was numbered one past the file's line (wc -l, sed -n Np)
+    db, chart = setup
+    _start(db, "r")
+    lines = [_event("r", n, key=False) for n in range(3)]
+    lines[1] = lines[1].rstrip("\n") + "\r" + _event("r", 99, key=False)
+    lines.append(json.dumps({"instance": "nope", "event": "e"}) + "\r\n")   # a CRLF line too
+    path = tmp_path / "cr.jsonl"
+    path.write_text("".join(lines), newline="")
+    assert main(["--store", str(db), "drive", str(path)]) == 1
+    err = capsys.readouterr().err
+    assert "line 2:" in err and "line 4: instance 'nope' not found" in err
+    assert Reader(db, chart).seen("r") == [0, 2]
+
+
+def test_a_quiet_workers_line_does_not_hold_the_checkpoint_back(setup, tmp_path):
+    # one line for an instance of worker 1, then thousands for worker 0's: worker 1's buffer
+    # never filled, so its line pinned the checkpoint (and stayed unapplied) for the whole run,
+    # and a resume after a crash applied everything after it again
+    db, chart = setup
+    busy = [_on_worker(0, prefix=f"b{k}-") for k in range(20)]
+    quiet = _on_worker(1, prefix="q")
+    _start(db, *busy, quiet)
+    events = tmp_path / "ev.jsonl"
+    n = 6000
+    events.write_text(_event(quiet, -1, key=False) + "".join(_event(busy[k % 20], k, key=False) for k in range(n)))
+    proc = _spawn(db, str(events), "--checkpoint", "ck.json", "--workers", "2")
+    reader = Reader(db, chart)
+    _wait_for(lambda: sum(len(reader.seen(i)) for i in busy) > n // 2, "half the lines applied")
+    resume_from = json.loads((tmp_path / "ck.json").read_text())["resume_from"]
+    proc.kill()
+    proc.wait(TIMEOUT)
+    assert reader.seen(quiet) == [-1]          # handed out, not held for a batch that never filled
+    assert resume_from > 1 + n // 4             # the checkpoint follows the run

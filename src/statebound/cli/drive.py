@@ -1,6 +1,7 @@
 """``statebound drive``: feed JSON-lines events to instances, at scale, on any store.
 
-Each line is one object, from a file or from stdin (``-``); blank lines are skipped::
+Each line is one object, from a file, a pipe or a FIFO (``<(...)``), or from stdin (``-``);
+blank lines are skipped, and lines are counted at ``\n`` alone, as ``wc -l`` counts them::
 
     {"instance": "order-1", "start": "order", "data": {"amount": 10}}
     {"instance": "order-1", "event": "StartPayment", "data": {"card": "4242"}, "idempotency_key": "req-17"}
@@ -31,7 +32,10 @@ then ``statebound: error: stopped at line N: ...; resume with --resume-from ...`
 **Resuming.** ``--checkpoint FILE`` records the first line not yet known to be done: when the
 run starts, after a batch (at most every ``CHECKPOINT_EVERY_S``, 50 ms), whenever the bound
 below needs it, and at the end. After a crash, ``--resume-from FILE`` (or a
-line number) skips everything before it. Lines handled after the last checkpoint are sent
+line number) skips everything before it (a checkpoint names its input: it is refused for
+another file). Lines are applied in batches of 100 per worker (a worker whose lines lag far
+behind is handed them sooner), so a live feed (``tail -f ... | statebound drive -``) sees a
+line applied when its batch fills or the input ends. Lines handled after the last checkpoint are sent
 again, so across a resume delivery is at least once; a line that carries an
 ``idempotency_key`` is applied once (``Host.send``/``Host.start`` with that key: a repeat
 returns the instance as it is, and a start sent again is not an "already exists" error).
@@ -71,6 +75,7 @@ import json
 import os
 import queue
 import signal
+import stat
 import sys
 import threading
 import time
@@ -309,19 +314,25 @@ class _Run:
         self.window.written(resume_from, next_line)
 
 
-def _resume_line(text: str | None) -> int:
+def _resume_line(text: str | None, events: str) -> int:
     if text is None:
         return 1
     if is_digits(text):
         return max(1, int(text))
     try:
         with open(text, encoding="utf-8") as fh:
-            line = json.load(fh)["resume_from"]
-    except (OSError, ValueError, KeyError, TypeError) as exc:
+            saved = json.load(fh)
+        line, source = saved["resume_from"], saved.get("events")
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
         raise CliError(f"--resume-from takes a line number or a checkpoint file; {text!r}: {exc}", EXIT_USAGE) \
             from None
     if type(line) is not int or line < 1:
         raise CliError(f"checkpoint {text!r} holds no line number", EXIT_USAGE)
+    if isinstance(source, str) and source != "-" and events != "-" and \
+            os.path.abspath(source) != os.path.abspath(events):
+        # another input's line number skips lines of this one, silently
+        raise CliError(f"checkpoint {text!r} is of {source!r}, not {events!r}: give that input, or a line "
+                       "number", EXIT_USAGE)
     return line
 
 
@@ -330,15 +341,19 @@ def _open_events(path: str) -> TextIO:
     lone surrogate that :func:`_parse` reports as that line's error. A strict decode would
     raise out of the line iterator, losing the lines after it and the checkpoint."""
     if path != "-":
-        return open(path, encoding="utf-8", errors="surrogateescape")
+        # newline="\n": a stray CR is part of its line, as wc -l and the line numbers the
+        # checkpoint and the errors name count them (universal newlines split it in two)
+        return open(path, encoding="utf-8", errors="surrogateescape", newline="\n")
     buffer = getattr(sys.stdin, "buffer", None)
     if buffer is None:   # already text (an embedding program's stream): nothing to decode
         return sys.stdin
-    return io.TextIOWrapper(buffer, encoding="utf-8", errors="surrogateescape")
+    return io.TextIOWrapper(buffer, encoding="utf-8", errors="surrogateescape", newline="\n")
 
 
 def _count_lines(path: str) -> int | None:
-    if path == "-":
+    """The lines of a regular file, to size the progress bar; ``None`` for anything else: a
+    pipe or a FIFO (``<(...)``) read here to count would leave nothing for the run."""
+    if path == "-" or not stat.S_ISREG(os.stat(path).st_mode):
         return None
     n = 0
     with open(path, "rb") as fh:
@@ -534,8 +549,20 @@ def _drive_workers(args: argparse.Namespace, lines: Iterator[tuple[int, str]], r
     procs = [ctx.Process(target=_worker, args=(args.store, keep, args.idempotency_retention, inboxes[w], outbox,
                                                stop_event, w), daemon=True)
              for w in range(workers)]
-    for p in procs:
-        p.start()
+    # A terminal or a service manager signals the whole group: a worker ignores both signals,
+    # and must from its first instruction (set in _worker, that came after the interpreter's
+    # start-up, and a Ctrl-C then printed the workers' tracebacks). Blocked while they start,
+    # the two are blocked in the workers from the start (a mask survives exec), and one sent
+    # meanwhile waits for this process instead of being lost.
+    blocking = hasattr(signal, "pthread_sigmask")
+    if blocking:
+        mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+    try:
+        for p in procs:
+            p.start()
+    finally:
+        if blocking:
+            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
     buffers: list[list[Item]] = [[] for _ in range(workers)]
     inflight: list[deque[int]] = [deque() for _ in range(workers)]   # first line not done of each unfinished batch
     exited: set[int] = set()
@@ -654,6 +681,14 @@ def _drive_workers(args: argparse.Namespace, lines: Iterator[tuple[int, str]], r
                 else:
                     run.progress.update(1)
                 next_line = lineno + 1
+                if lineno % BATCH == 0:
+                    # A worker whose instances are quiet fills its buffer slowly: held back,
+                    # its first line held the checkpoint (and its own lines) back for the run,
+                    # and a resume applied everything after it again. Handed out once it lags.
+                    lag = lineno - BATCH * workers
+                    for v in range(workers):
+                        if buffers[v] and buffers[v][0][0] < lag:
+                            dispatch(v)
                 if hurry() or signals.signum is not None:
                     break
             else:
@@ -684,7 +719,7 @@ def cmd_drive(args: argparse.Namespace) -> int:
     workers = max(1, args.workers)
     if args.idempotency_retention < 1:
         raise CliError("--idempotency-retention takes a number of keys, at least 1", EXIT_USAGE)
-    start = _resume_line(args.resume_from)
+    start = _resume_line(args.resume_from, args.events)
     try:
         fh = _open_events(args.events)
         total = _count_lines(args.events)
