@@ -425,3 +425,17 @@ def test_a_regexp_that_runs_out_of_heap_while_compiling_is_not_remembered_for_th
     victim = sb.Interpreter(c)
     v, effects = victim.drive(victim.start("victim")[0], "try")
     assert v.datamodel["r"] is False and not [e for e in effects if getattr(e, "label", "") == "err"]
+
+
+def test_a_source_that_leans_on_its_wrapper_is_refused_in_every_process():
+    # "1), (side = 7), (1" is an expression only inside the wrapper's own parentheses: parsed
+    # first inside random brackets, it passed whenever the innermost one drawn was "(" (half
+    # the processes) and failed otherwise. Each chart below compiles it afresh, with new brackets.
+    src = "1), (side = 7), (1"
+    for k in range(24):
+        c = chart(f'<state id="a"><transition event="e"><raise event="f"/><assign location="x" expr={quoteattr(src)}/>'
+                  f'</transition>{ERR_TO_LOG}</state>', '<data id="x" expr="0"/><data id="side" expr="0"/>')
+        it = sb.Interpreter(c)
+        pos, effects = it.drive(it.start(f"s{k}")[0], "e")
+        assert dict(pos.datamodel) == {"x": 0, "side": 0}, k
+        assert any("does not compile" in m for m in errors(effects)), k

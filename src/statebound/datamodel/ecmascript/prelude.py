@@ -548,8 +548,11 @@ function compile(kind, src, open) {
   // a source that is not one balanced expression must close them to get out, in the order
   // they were opened, and fails to parse instead. Only then is it compiled in its wrapper,
   // which a source that closed it ("1)}), x = 7, (function(){(1") ran as a program: any
-  // wrapper a chart knows it can close.
-  geval("(function(){return " + open + src + "\n" + mirror(open) + ";})");
+  // wrapper a chart knows it can close. Twice, innermost "(" then "[": a source that closes
+  // one bracket and opens another ("1), (x = 7), (1") fails one of the two, so that it never
+  // compiles in one process and not in another.
+  geval("(function(){return " + open + "(" + src + "\n)" + mirror(open) + ";})");
+  geval("(function(){return " + open + "[" + src + "\n]" + mirror(open) + ";})");
   var text = W[kind][0] + src + W[kind][1], f = geval(text);
   if (typeof f !== "function" || apply(fnText, f, []) !== apply(slice, text, [1, text.length - 1]))
     throw new Refusal("it is not one expression");
