@@ -32,15 +32,6 @@ CHARGE = f"""<scxml {NS} name="o" initial="charging" datamodel="python">
 </scxml>"""
 
 
-@pytest.fixture(params=["memory", "sqlite"])
-def store(request, tmp_path):
-    if request.param == "memory":
-        yield sb.MemoryStore()
-    else:
-        with sb.SQLiteStore(tmp_path / "life.db") as s:
-            yield s
-
-
 @pytest.mark.parametrize("op", ["delete", "suspend"])
 def test_a_row_purged_or_parked_by_an_earlier_delivery_is_not_handed_over(store, op):
     # delete purges undelivered rows, suspend parks them: the hand-over went on from the

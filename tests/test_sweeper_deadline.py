@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import threading
 
-import pytest
 
 import statebound as sb
 from statebound.host.memory_wakeup import MemoryWakeup
@@ -47,11 +46,6 @@ class SlowReceiver:
         with self.lock:
             self.clock.advance(self.ms)
             self.keys.append(d.idempotency_key)
-
-
-@pytest.fixture(params=["memory", "sqlite"])
-def store(request, tmp_path):
-    return sb.MemoryStore() if request.param == "memory" else sb.SQLiteStore(tmp_path / "s.db")
 
 
 def _host(store, n: int, *, wakeup=None):

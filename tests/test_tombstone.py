@@ -20,15 +20,6 @@ CASES = [cases.a_claim_from_before_the_delete_never_fires_into_the_new_instance,
          cases.a_child_invoked_again_in_one_call_never_repeats_the_old_childs_keys_or_rows]
 
 
-@pytest.fixture(params=["memory", "sqlite"])
-def store(request, tmp_path):
-    if request.param == "memory":
-        yield sb.MemoryStore()
-    else:
-        with sb.SQLiteStore(tmp_path / "tomb.db") as s:
-            yield s
-
-
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.__name__)
 def test_delete_and_start_again(store, case):
     case(store)

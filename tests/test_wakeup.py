@@ -9,7 +9,6 @@ import pytest
 
 import statebound as sb
 from statebound.host import MemoryWakeup, WakeupRequest
-from statebound.host.sqlite import SQLiteStore
 
 T0 = 1_700_000_000_000
 NS = 'xmlns="http://www.w3.org/2005/07/scxml" version="1.0" datamodel="python"'
@@ -23,13 +22,6 @@ CHART = sb.Chart.from_scxml(f"""<scxml {NS} name="w" initial="s">
     <transition event="late"><assign location="got" expr="got + ['late']"/></transition>
   </state>
 </scxml>""")
-
-
-@pytest.fixture(params=["memory", "sqlite"])
-def store(request, tmp_path):
-    if request.param == "memory":
-        return sb.MemoryStore()
-    return SQLiteStore(tmp_path / "w.db")
 
 
 class Broken:

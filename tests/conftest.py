@@ -1,0 +1,18 @@
+"""Fixtures shared by the test modules at this level."""
+
+from __future__ import annotations
+
+import pytest
+
+import statebound as sb
+
+
+@pytest.fixture(params=["memory", "sqlite"])
+def store(request, tmp_path):
+    """A fresh store of each embedded kind: the MemoryStore, and SQLite on a file (closed after).
+    A module or class that defines its own ``store`` uses that one instead."""
+    if request.param == "memory":
+        yield sb.MemoryStore()
+    else:
+        with sb.SQLiteStore(tmp_path / "store.db") as s:
+            yield s
