@@ -70,9 +70,9 @@ def _check_start_data(data: Mapping[str, Any] | None, datamodel: str,
         raise SerializationError(str(exc)) from None
 
 
-def _storable(name: str, value: Any) -> bool:
-    if not name or name.startswith("__") or name in SYSTEM_VARIABLES:
-        return False   # no position holds it (check_stored): the variable is dropped, never forced
+def _storable(datamodel: str, name: str, value: Any) -> bool:
+    if check_stored(datamodel, {name: None}) is not None:
+        return False   # a name no position holds: the variable is dropped, never forced
     try:
         check_serializable({name: value})
         return True
@@ -455,6 +455,7 @@ class Interpreter:
     def _restore_unstorable(self, m: Machine, before: dict[str, Any] | None, before_blob: bytes,
                             variables: dict[str, Any], failure: str) -> bytes:
         """The rest of :meth:`_settle_data`, once ``variables`` failed to encode (``failure`` says why)."""
+        dm = self.chart.datamodel
         original: dict[str, Any] = {}
         forced: dict[str, Any] = {}  # put back by the commit: the chart made the variable unwritable
         dropped: set[str] = set()    # names that cannot be stored at all (a lone surrogate)
@@ -467,9 +468,9 @@ class Interpreter:
                     failure = str(exc)
             original = before if before is not None else unpack_vars(before_blob)
             for k, v in variables.items():
-                if _storable(k, v):
+                if _storable(dm, k, v):
                     continue
-                if not _storable(k, None):
+                if not _storable(dm, k, None):
                     dropped.add(k)
                     continue
                 try:
@@ -486,7 +487,7 @@ class Interpreter:
         original = before if before is not None else unpack_vars(before_blob)
         keep: dict[str, Any] = {}
         for k, v in _settled(m.ctx.variables(), forced, dropped).items():
-            if _storable(k, v):
+            if _storable(dm, k, v):
                 keep[k] = v
             elif k in original:
                 keep[k] = original[k]
