@@ -25,7 +25,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from statebound.exceptions import ConflictError, InvalidInstanceId
+from statebound.exceptions import ConflictError, InvalidArgument, InvalidInstanceId
 from statebound.host.store import (CANCEL, CLAIMED, DEAD, DONE, INVOKE, PENDING, SEND, SUSPENDED, TIMER, WAITING,
                                    BatchStore, Commit, KeyRecord, PositionWrite, Store, TimerCompletion, TimerRef,
                                    TimerRow)
@@ -810,6 +810,24 @@ class StoreContract:
         assert keys(store.pending_timers("b")) == [("b", 1)]
         assert store.purge_done(1_000, limit=0) == 0
         assert store.purge_done(1_000) == 1          # a5
+
+    @pytest.mark.parametrize("call", [
+        lambda s: s.purge_done("x"), lambda s: s.purge_done(1_000, "2"), lambda s: s.purge_done(1.5),
+        lambda s: s.purge_done(True), lambda s: s.due_timers("x"), lambda s: s.due_timers(1_000, None),
+        lambda s: s.dead_timers("3"), lambda s: s.list_positions(limit="x"), lambda s: s.list_positions(after=1),
+        lambda s: s.list_positions(chart=b"c"), lambda s: s.history("a", after_version="0"),
+        lambda s: s.history("a", limit=2.0), lambda s: s.claim_due("x", 1, "n", 1),
+        lambda s: s.claim_due(100, "1", "n", 1), lambda s: s.claim_due(100, 1, "n", None),
+    ])
+    def test_operator_calls_refuse_wrong_typed_numbers_before_touching_rows(self, store, call):
+        # SQLite sorts any integer below any text: a cutoff of "x" used to match, and purge,
+        # every done row; elsewhere these were raw TypeErrors or a retryable StoreUnavailable.
+        put(store, timer("a", 1, 10), timer("a", 2, 20))
+        store.commit(Commit(complete=TimerCompletion(("a", 1), "fired")))
+        with pytest.raises(InvalidArgument):
+            call(store)
+        assert store.get_timer(("a", 1)).state == DONE
+        assert store.get_timer(("a", 2)).state == PENDING
 
     # ------------------------------------------------------------------ group commit (optional)
 

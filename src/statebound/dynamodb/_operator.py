@@ -36,7 +36,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from ..exceptions import ConflictError
-from ..host.store import (CLAIMED, DELETED, DONE, PENDING, HistoryRecord, PositionRecord, TimerRow, pack_history,
+from ..host.store import (CLAIMED, DELETED, DONE, PENDING, HistoryRecord, PositionRecord, check_ints, check_text, TimerRow, pack_history,
                           unpack_history)
 from . import _codec as codec
 from ._codec import B, N, S
@@ -65,6 +65,7 @@ def purge_done(self: DynamoStore, due_before_ms: int, limit: int = 10_000) -> in
     re-created under the same id may have reused the key for a pending row meanwhile.
     Returns how many rows were deleted.
     """
+    check_ints(due_before_ms=due_before_ms, limit=limit)
     if limit <= 0:
         return 0
     found: list[tuple[str, int]] = []
@@ -115,6 +116,7 @@ def due_timers(self: DynamoStore, due_before_ms: int, limit: int = 1_000) -> Seq
     says: this is an operator's view of the table, not a sweep. The index is eventually
     consistent, so a row fired a moment ago may still be listed.
     """
+    check_ints(due_before_ms=due_before_ms, limit=limit)
     if limit <= 0:
         return []
     out: list[TimerRow] = []
@@ -157,6 +159,9 @@ def list_positions(self: DynamoStore, chart: str | None = None, *, after: str | 
     that instance's position item, so passing the last id returned pages through the
     table exactly once. Eventually consistent, as a batch job's listing may be.
     """
+    check_text("chart", chart)
+    check_text("after", after)
+    check_ints(limit=limit)
     if limit <= 0:
         return []
     # a deleted instance's tombstone (ADR 0028) is no instance
@@ -208,6 +213,7 @@ def history(self: DynamoStore, instance_id: str, *, after_version: int = 0,
             limit: int = 1_000) -> Sequence[HistoryRecord]:
     """The instance's history records after ``after_version``, oldest first: one ``Query``
     of its ``H#`` items (strongly consistent), paginated."""
+    check_ints(after_version=after_version, limit=limit)
     codec.check_id(instance_id)
     if limit <= 0:
         return []

@@ -66,7 +66,7 @@ from typing import Any
 from botocore.exceptions import ClientError
 
 from ..exceptions import ConflictError, InvalidArgument, ItemTooLarge, StateboundError, StoreError
-from ..host.store import (CLAIMED, DEAD, DONE, PENDING, WAITING, Commit, PositionRecord, PositionWrite,
+from ..host.store import (CLAIMED, DEAD, DONE, PENDING, WAITING, Commit, PositionRecord, check_ints, PositionWrite,
                           TimerCompletion, TimerKey, TimerRow, commit_instance_ids, purges)
 from . import _batch
 from . import _codec as codec
@@ -595,6 +595,7 @@ class DynamoStore:
         fires once. The index is eventually consistent, so a row may show up just after
         another process fired it; its commit then fails with ``ConflictError``.
         """
+        check_ints(now_ms=now_ms, limit=limit, lease_ms=lease_ms)
         return self._sweep.claim_due(now_ms, limit, node_id, lease_ms)
 
     def release(self, key: TimerKey, node_id: str, *, error: str, next_attempt_at_ms: int | None,
@@ -649,6 +650,7 @@ class DynamoStore:
     def dead_timers(self, limit: int = 100) -> Sequence[TimerRow]:
         """Rows parked as dead, by key, from the sparse ``dead-index`` (eventually
         consistent): one ``Query`` per shard."""
+        check_ints(limit=limit)
         return self._sweep.dead_timers(limit)
 
     def retry_timer(self, key: TimerKey, now_ms: int) -> bool:

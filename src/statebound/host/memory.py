@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from ..exceptions import ConflictError, StateboundError
-from .store import (CLAIMED, DEAD, DELETED, DONE, PENDING, SUSPENDED, Commit, HistoryRecord, PositionRecord, TimerCompletion,
+from .store import (CLAIMED, DEAD, DELETED, DONE, PENDING, SUSPENDED, Commit, HistoryRecord, check_ints, check_text, PositionRecord, TimerCompletion,
                     TimerKey, TimerRow, check_instance_id, commit_instance_ids, purges)
 
 __all__ = ["MemoryStore"]
@@ -132,6 +132,7 @@ class MemoryStore:
 
     def history(self, instance_id: str, *, after_version: int = 0, limit: int = 1_000) -> Sequence[HistoryRecord]:
         """The instance's history records after ``after_version``, oldest first."""
+        check_ints(after_version=after_version, limit=limit)
         with self._lock:
             records = self._history.get(instance_id, {})
             return [records[v] for v in sorted(records) if v > after_version][:max(limit, 0)]
@@ -158,6 +159,7 @@ class MemoryStore:
 
     def claim_due(self, now_ms: int, limit: int, node_id: str, lease_ms: int) -> list[TimerRow]:
         """Claim the earliest ready rows for ``node_id``."""
+        check_ints(now_ms=now_ms, limit=limit, lease_ms=lease_ms)
         if limit <= 0:
             return []
         with self._lock:
@@ -204,12 +206,14 @@ class MemoryStore:
 
     def dead_timers(self, limit: int = 100) -> Sequence[TimerRow]:
         """Rows parked as dead."""
+        check_ints(limit=limit)
         with self._lock:
             return sorted((r for r in self._timers.values() if r.state == DEAD),
                           key=lambda r: r.key)[:limit]
 
     def due_timers(self, due_before_ms: int, limit: int = 1_000) -> Sequence[TimerRow]:
         """Pending or claimed rows ready by ``due_before_ms``, earliest first."""
+        check_ints(due_before_ms=due_before_ms, limit=limit)
         if limit <= 0:
             return []
         with self._lock:
@@ -236,6 +240,7 @@ class MemoryStore:
 
     def purge_done(self, due_before_ms: int, limit: int = 10_000) -> int:
         """Delete up to ``limit`` completed rows that were due before ``due_before_ms``."""
+        check_ints(due_before_ms=due_before_ms, limit=limit)
         with self._lock:
             keys = [k for k, r in self._timers.items() if r.state == DONE and r.due_at_ms < due_before_ms][:limit]
             for k in keys:
@@ -245,6 +250,9 @@ class MemoryStore:
     def list_positions(self, chart: str | None = None, *, after: str | None = None,
                        limit: int = 1_000) -> Sequence[PositionRecord]:
         """Stored instances by id, after ``after``, optionally of one chart."""
+        check_text("chart", chart)
+        check_text("after", after)
+        check_ints(limit=limit)
         if limit <= 0:
             return []
         with self._lock:

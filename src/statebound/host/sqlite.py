@@ -44,7 +44,7 @@ from typing import Any
 import msgpack
 
 from ..exceptions import ConflictError, InvalidArgument, StateboundError, StoreError, StoreUnavailable
-from .store import (CLAIMED, DEAD, DELETED, DONE, PENDING, SUSPENDED, TIMER, Commit, HistoryRecord, KeyRecord, PositionRecord,
+from .store import (CLAIMED, DEAD, DELETED, DONE, PENDING, SUSPENDED, TIMER, Commit, HistoryRecord, check_ints, check_text, KeyRecord, PositionRecord,
                     PositionWrite, TimerCompletion, TimerKey, TimerRef, TimerRow, check_instance_id, commit_instance_ids,
                     make_timer_row, pack_field, pack_history, purges, unpack_field, unpack_history)
 
@@ -783,6 +783,9 @@ class SQLiteStore:
                        limit: int = 1_000) -> Sequence[PositionRecord]:
         """Stored instances by id (the primary key's order), after ``after``, optionally of
         one chart (a filter on the key range: there is no index by chart)."""
+        check_text("chart", chart)
+        check_text("after", after)
+        check_ints(limit=limit)
         if limit <= 0:
             return []
         where, params = ["instance_id > ?", f"status != '{DELETED}'"], [after if after is not None else ""]
@@ -839,6 +842,7 @@ class SQLiteStore:
 
     def history(self, instance_id: str, *, after_version: int = 0, limit: int = 1_000) -> Sequence[HistoryRecord]:
         """The instance's history records after ``after_version``, oldest first (the primary key's order)."""
+        check_ints(after_version=after_version, limit=limit)
         check_instance_id(instance_id)
         if limit <= 0:
             return []
@@ -1061,6 +1065,7 @@ class SQLiteStore:
         claim commits without its own fsync: it is a lease, not an acknowledgement, and the
         next commit's fsync makes it durable (``docs/adr/0025-sqlite-claims-commit-without-their-own-fsync.md``).
         """
+        check_ints(now_ms=now_ms, limit=limit, lease_ms=lease_ms)
         if limit <= 0:
             return []
         expires = now_ms + lease_ms
@@ -1117,6 +1122,7 @@ class SQLiteStore:
 
     def dead_timers(self, limit: int = 100) -> Sequence[TimerRow]:
         """Up to ``limit`` rows parked as dead, by key."""
+        check_ints(limit=limit)
         if limit <= 0:
             return []
         with self._read():
@@ -1128,6 +1134,7 @@ class SQLiteStore:
     def due_timers(self, due_before_ms: int, limit: int = 1_000) -> Sequence[TimerRow]:
         """Pending or claimed rows ready by ``due_before_ms``, earliest first: the
         ``timers_ready`` index range (claimed rows, few at any time, are read beside it)."""
+        check_ints(due_before_ms=due_before_ms, limit=limit)
         if limit <= 0:
             return []
         with self._read():
@@ -1158,6 +1165,7 @@ class SQLiteStore:
         job (``statebound purge``) so the table does not grow without bound. Returns how
         many rows were deleted.
         """
+        check_ints(due_before_ms=due_before_ms, limit=limit)
         with self._write():
             n = self._execute(
                 f"DELETE FROM timers WHERE rowid IN (SELECT rowid FROM timers WHERE state = '{DONE}' "

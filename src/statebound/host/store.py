@@ -52,13 +52,13 @@ from typing import Any, Protocol, runtime_checkable
 import msgpack
 
 from .._fastinit import fast_init
-from ..exceptions import InvalidInstanceId, SerializationError, StateboundError, StoreError
+from ..exceptions import InvalidArgument, InvalidInstanceId, SerializationError, StateboundError, StoreError
 
 __all__ = [
     "TimerRef", "KeyRecord", "PositionRecord", "TimerRow", "TimerKey", "PositionWrite", "HistoryRecord",
     "pack_history", "unpack_history",
     "TimerCompletion", "Commit", "Store", "BatchStore", "pack_field", "unpack_field", "check_instance_id",
-    "commit_instance_ids", "make_timer_row", "purges", "live",
+    "commit_instance_ids", "make_timer_row", "purges", "live", "check_ints", "check_text",
     "DELETED", "PENDING", "CLAIMED", "WAITING", "DEAD", "DONE", "SUSPENDED", "TIMER", "SEND", "INVOKE", "CANCEL", "ROW_KINDS",
 ]
 
@@ -82,6 +82,32 @@ def check_instance_id(instance_id: object, max_bytes: int | None = None) -> str:
     if max_bytes is not None and size > max_bytes:
         raise InvalidInstanceId(instance_id, f"it is {size:,} bytes in UTF-8; this store keys at most {max_bytes:,}")
     return instance_id
+
+
+def check_ints(**values: object) -> None:
+    """Refuse an integer argument of a store call (a time in ms, a count, a version) that is
+    not one, before anything is read or written: ``check_ints(limit=limit)``.
+
+    Without it a wrong type reached the backend, which answered in its own way: a
+    ``TypeError`` on one store, a ``StoreUnavailable`` (a retryable error) on SQLite, or,
+    on SQLite, where any integer sorts below any text, a cutoff of ``"x"`` that matched
+    every row. ``bool`` is no integer here.
+
+    :raises InvalidArgument: naming the argument.
+    """
+    for name, value in values.items():
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise InvalidArgument(f"{name} must be an integer, not {value!r}")
+
+
+def check_text(name: str, value: object) -> None:
+    """Refuse an optional text argument of a store call (a chart name, a listing's
+    ``after``) that is neither a string nor ``None``.
+
+    :raises InvalidArgument: naming the argument.
+    """
+    if value is not None and not isinstance(value, str):
+        raise InvalidArgument(f"{name} must be a string or None, not {value!r}")
 
 
 def pack_field(value: Any, what: str) -> bytes:
