@@ -524,3 +524,33 @@ def test_a_quiet_workers_line_does_not_hold_the_checkpoint_back(setup, tmp_path)
     proc.wait(TIMEOUT)
     assert reader.seen(quiet) == [-1]          # handed out, not held for a batch that never filled
     assert resume_from > 1 + n // 4             # the checkpoint follows the run
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="names an fsynced descriptor through /proc")
+def test_drive_checkpoint_is_fsynced_before_and_after_it_replaces_the_old_one(setup, tmp_path, capsys, monkeypatch):
+    """A power loss must leave the old checkpoint or the new one: the new file's bytes reach
+    the disk before the rename, and the rename before the next batch is read."""
+    db, _chart = setup
+    _start(db, "x")
+    events = tmp_path / "events.jsonl"
+    events.write_text("".join(_event("x", n) for n in range(30)))
+    ckpt = tmp_path / "ck"
+    log: list[tuple[str, str]] = []
+    real_fsync, real_replace = os.fsync, os.replace
+
+    def fsync(fd):
+        log.append(("fsync", os.readlink(f"/proc/self/fd/{fd}")))
+        return real_fsync(fd)
+
+    def replace(src, dst):
+        log.append(("replace", str(dst)))
+        return real_replace(src, dst)
+    monkeypatch.setattr(drive.os, "fsync", fsync)
+    monkeypatch.setattr(drive.os, "replace", replace)
+    assert main(["--store", str(db), "drive", str(events), "--checkpoint", str(ckpt)]) == 0
+    replaced = [i for i, (op, path) in enumerate(log) if op == "replace" and path == str(ckpt)]
+    assert replaced, log
+    for i in replaced:
+        assert log[i - 1] == ("fsync", f"{ckpt}.tmp"), log
+        assert log[i + 1] == ("fsync", str(tmp_path)), log
+    assert json.loads(ckpt.read_text())["resume_from"] == 31
