@@ -278,7 +278,9 @@ class Host:
         :raises InstanceExists: if the id is taken (nothing is written).
         :raises IdempotencyKeyReused: the key started it with another chart or data.
         :raises UnknownChart: if the chart name is not registered.
+        :raises SerializationError: ``caller_context`` cannot be stored (as for :meth:`send`).
         """
+        _check_context(caller_context)
         if self._tracing is not None and not self._tracing.inside():
             return self._tracing.call("start", instance_id, None, lambda ctx: self.start(
                 chart, instance_id, data, caller_context=ctx, idempotency_key=idempotency_key), caller_context)
@@ -326,7 +328,10 @@ class Host:
         :raises NotRunning: the instance has halted (nothing written).
         :raises IdempotencyKeyReused: the key was applied with another event or data.
         :raises InvalidEvent: ``event`` has no name (nothing written).
+        :raises SerializationError: ``caller_context`` cannot be stored and read back
+            (msgpack data whose map keys are strings, numbers, bytes, booleans or None).
         """
+        _check_context(caller_context)
         if self._tracing is not None and not self._tracing.inside():
             return self._tracing.call("send", instance_id, event.name if isinstance(event, Event) else event,
                                       lambda ctx: self.send(instance_id, event, data, caller_context=ctx,
@@ -352,6 +357,7 @@ class Host:
             With a ``tracer``, every item still has its own ``statebound.send`` span, as a
             :meth:`send` would, open from its unit's run until its group's commit landed.
         """
+        _check_context(caller_context)
         results: list[SendResult | None] = []
         jobs = []
         if isinstance(items, (str, bytes, Mapping)) or not hasattr(items, "__iter__"):
@@ -444,6 +450,7 @@ class Host:
         :raises SerializationError: ``data`` cannot be stored (nothing is written).
         """
         _check_storable(data, f"the result of invoke {invokeid!r}")
+        _check_context(caller_context)
         event = Event(f"done.invoke.{invokeid}", data, "external", invokeid=invokeid)
         return self._outbox.finish_invoke(instance_id, invokeid, token, event, caller_context)
 
@@ -454,6 +461,7 @@ class Host:
         Liveness, token, return value and errors (a suspended instance included) as for
         :meth:`complete_invoke`."""
         _check_storable(cause, f"the failure cause of invoke {invokeid!r}")
+        _check_context(caller_context)
         if not isinstance(error, str):
             raise InvalidArgument(f"fail_invoke()'s error must be a string (a short code), not {type(error).__name__}")
         data = {"message": f"invoke {invokeid!r} failed: {error}", "invokeid": invokeid, "error": error,
@@ -751,8 +759,13 @@ def _check_count(name: str, value: Any) -> int:
 
 
 def _check_storable(value: Any, what: str) -> None:
-    from .store import pack_field
-    pack_field(value, what)
+    from .store import check_field
+    check_field(value, what)
+
+
+def _check_context(caller_context: Any) -> None:
+    if caller_context is not None:
+        _check_storable(caller_context, "caller_context")
 
 
 def _check_id(instance_id: str) -> None:

@@ -58,7 +58,7 @@ __all__ = [
     "TimerRef", "KeyRecord", "PositionRecord", "TimerRow", "TimerKey", "PositionWrite", "HistoryRecord",
     "pack_history", "unpack_history",
     "TimerCompletion", "Commit", "Store", "BatchStore", "pack_field", "unpack_field", "check_instance_id",
-    "commit_instance_ids", "make_timer_row", "purges", "live", "check_ints", "check_text",
+    "commit_instance_ids", "make_timer_row", "purges", "live", "check_ints", "check_text", "check_field",
     "DELETED", "PENDING", "CLAIMED", "WAITING", "DEAD", "DONE", "SUSPENDED", "TIMER", "SEND", "INVOKE", "CANCEL", "ROW_KINDS",
 ]
 
@@ -119,6 +119,25 @@ def pack_field(value: Any, what: str) -> bytes:
         return msgpack.packb(value, use_bin_type=True)
     except (TypeError, ValueError, OverflowError) as exc:
         raise SerializationError(f"{what} cannot be stored: {exc}") from exc
+
+
+def check_field(value: Any, what: str) -> None:
+    """Refuse a value a caller hands the host to keep (a ``caller_context``, an invocation's
+    result) unless it comes back from its own bytes.
+
+    msgpack packs some values it cannot unpack: a map keyed by a tuple packs its key as an
+    array, which cannot key a map again. Such a value was accepted and written on a row
+    that no sweep could ever read (ADR 0027 parks it as dead), while ``MemoryStore``, which
+    keeps objects, delivered it: the two stores disagreed, and the chart waited for good.
+
+    :raises SerializationError: naming ``what``, before anything is written.
+    """
+    packed = pack_field(value, what)
+    try:
+        msgpack.unpackb(packed, raw=False, strict_map_key=False)
+    except Exception as exc:  # msgpack raises several unrelated types on bad input
+        raise SerializationError(f"{what} cannot be stored: it does not read back ({exc}); "
+                                 "map keys must be strings, numbers, bytes, booleans or None") from None
 
 
 def unpack_field(raw: bytes, what: str) -> Any:
