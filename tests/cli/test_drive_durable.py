@@ -554,3 +554,47 @@ def test_drive_checkpoint_is_fsynced_before_and_after_it_replaces_the_old_one(se
         assert log[i - 1] == ("fsync", f"{ckpt}.tmp"), log
         assert log[i + 1] == ("fsync", str(tmp_path)), log
     assert json.loads(ckpt.read_text())["resume_from"] == 31
+
+
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_a_live_feed_has_each_line_applied_when_it_pauses(setup, tmp_path, workers):
+    """``tail -f ... | statebound drive -``: the lines used to wait until a batch of 100
+    filled or the input ended, so a live feed of a few events a minute applied none."""
+    db, chart = setup
+    _start(db, "live", "other")
+    proc = _spawn(db, "-", "--workers", workers, "--checkpoint", str(tmp_path / "ck"))
+    reader = Reader(db, chart)
+    try:
+        _feed(proc, [_event("live", 0), _event("other", 0, key=False), _event("live", 1)])
+        _wait_for(lambda: reader.seen("live") == [0, 1] and reader.seen("other") == [0], "the first lines")
+        _feed(proc, [_event("live", 2)])
+        _wait_for(lambda: reader.seen("live") == [0, 1, 2], "a line fed after a pause")
+        _wait_for(lambda: _resume_line(tmp_path / "ck") == 5, "the checkpoint past the applied lines")
+        proc.stdin.close()
+        assert proc.wait(timeout=TIMEOUT) == 0, proc.stderr.read()
+        assert reader.seen("live") == [0, 1, 2]
+    finally:
+        reader.close()
+        _reap(proc)
+
+
+def test_a_live_feed_keeps_line_numbers_and_undecodable_bytes_per_line(setup, tmp_path):
+    db, chart = setup
+    _start(db, "b")
+    proc = subprocess.Popen([sys.executable, "-m", "statebound.cli", "--store", str(db), "drive", "-", "--json"],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            start_new_session=True)
+    try:
+        # a line split across two writes, a bad byte on line 2, no newline after the last
+        first = _event("b", 0).encode()
+        proc.stdin.write(first[:7])
+        proc.stdin.flush()
+        out, _err = proc.communicate(
+            first[7:] + b'{"instance": "b", "event": "e", "data": "\xff"}\n' + _event("b", 2).encode().rstrip(),
+            timeout=TIMEOUT)
+        report = json.loads(out)
+        assert report["events"] == 3 and report["ok"] == 2, report
+        assert report["errors"][0].startswith("line 2"), report
+        assert Reader(db, chart).seen("b") == [0, 2]
+    finally:
+        _reap(proc)

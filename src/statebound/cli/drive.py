@@ -34,8 +34,9 @@ run starts, after a batch (at most every ``CHECKPOINT_EVERY_S``, 50 ms), wheneve
 below needs it, and at the end. After a crash, ``--resume-from FILE`` (or a
 line number) skips everything before it (a checkpoint names its input: it is refused for
 another file). Lines are applied in batches of 100 per worker (a worker whose lines lag far
-behind is handed them sooner), so a live feed (``tail -f ... | statebound drive -``) sees a
-line applied when its batch fills or the input ends. Lines handled after the last checkpoint are sent
+behind is handed them sooner); a live feed (a pipe, a FIFO or a terminal, as in ``tail -f
+... | statebound drive -``) also has what it gave applied whenever it pauses, so each line
+is applied as it comes, not when 100 have. Lines handled after the last checkpoint are sent
 again, so across a resume delivery is at least once; a line that carries an
 ``idempotency_key`` is applied once (``Host.send``/``Host.start`` with that key: a repeat
 returns the instance as it is, and a start sent again is not an "already exists" error).
@@ -75,6 +76,7 @@ import io
 import json
 import os
 import queue
+import select
 import signal
 import stat
 import sys
@@ -423,7 +425,19 @@ class _Signals:
         return f"stopped by {signal.Signals(self.signum).name}"
 
 
+#: what :func:`_lines` yields, instead of a line, when the input has nothing more for now:
+#: the lines read so far are applied, and the checkpoint written, before the read that waits
+IDLE = (0, "")
+IDLE_AFTER_S = 0.01             # a live input quiet this long is idle
+
+
 def _lines(fh: TextIO, start: int, signals: _Signals) -> Iterator[tuple[int, str]]:
+    """``(line number, line)`` of the input from line ``start`` on; ``IDLE`` between them
+    when a pipe, FIFO or terminal has no more for now."""
+    fd = _pipe_fd(fh)
+    if fd is not None:
+        yield from _pipe_lines(fd, start, signals)
+        return
     lineno = 0
     while signals.signum is None:
         signals.reading = True
@@ -436,6 +450,55 @@ def _lines(fh: TextIO, start: int, signals: _Signals) -> Iterator[tuple[int, str
         lineno += 1
         if lineno >= start:
             yield lineno, line
+
+
+def _pipe_fd(fh: TextIO) -> int | None:
+    """The descriptor to read a live input from directly (a pipe, FIFO, terminal or socket
+    whose readiness ``select`` reports), or ``None`` to read ``fh`` by lines: a regular file
+    never waits, and a stream without a descriptor (an embedding program's) has no other way."""
+    try:
+        fd = fh.fileno()
+        if stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        select.select([fd], [], [], 0)
+    except (OSError, ValueError, io.UnsupportedOperation):   # no descriptor, or select cannot wait on it
+        return None
+    return fd
+
+
+def _pipe_lines(fd: int, start: int, signals: _Signals) -> Iterator[tuple[int, str]]:
+    """:func:`_lines` of a live input, read from its descriptor so that it is known when the
+    next read would wait: a ``tail -f`` feeding the drive then has each line applied when it
+    comes, not when a batch of 100 fills or the input ends. The bytes are decoded per line
+    as ``_open_events`` does (a byte that is not UTF-8 becomes that line's error); a line
+    ends at ``\n`` only."""
+    lineno = 0
+    rest = b""
+    while signals.signum is None:
+        # idle only after a short quiet spell: a steady stream still fills its batches
+        if not select.select([fd], [], [], IDLE_AFTER_S)[0]:
+            yield IDLE
+            if signals.signum is not None:
+                return
+        signals.reading = True
+        try:
+            chunk = os.read(fd, 1 << 16)
+        finally:
+            signals.reading = False
+        if not chunk:
+            if rest:
+                lineno += 1
+                if lineno >= start:
+                    yield lineno, rest.decode("utf-8", "surrogateescape")
+            return
+        parts = (rest + chunk).split(b"\n")
+        rest = parts.pop()
+        for raw in parts:
+            lineno += 1
+            if lineno >= start:
+                yield lineno, raw.decode("utf-8", "surrogateescape") + "\n"
+            if signals.signum is not None:
+                return
 
 
 # --------------------------------------------------------------------------- running
@@ -473,6 +536,11 @@ def _drive_inline(args: argparse.Namespace, lines: Iterator[tuple[int, str]], ru
     try:
         try:
             for lineno, line in lines:
+                if not line:                 # IDLE: the input waits, so apply what it gave
+                    flush(force=True)
+                    if stalled:
+                        break
+                    continue
                 if line.strip():
                     item, error = _parse(lineno, line)
                     if item is None:
@@ -660,6 +728,17 @@ def _drive_workers(args: argparse.Namespace, lines: Iterator[tuple[int, str]], r
                 return
             drain(0.1)
 
+    def settle() -> None:
+        # The input is idle: hand out every buffered line and wait for the workers to be
+        # done with them, so that the checkpoint covers all of it while the read waits.
+        for w in range(workers):
+            if buffers[w]:
+                dispatch(w)
+        while not hurry() and any(inflight[w] for w in range(workers) if w not in exited):
+            drain(0.1)
+        if not hurry():
+            run.checkpoint(resume_point(), next_line, force=True)
+
     def finish() -> None:
         # Every line read is handed out, then the end; the workers exit when they reach
         # it, or as soon as their batch in flight is done once hurry() says so.
@@ -683,6 +762,11 @@ def _drive_workers(args: argparse.Namespace, lines: Iterator[tuple[int, str]], r
     try:
         try:
             for lineno, line in lines:
+                if not line:                 # IDLE: the input waits, so hand out what it gave
+                    settle()
+                    if hurry():
+                        break
+                    continue
                 if line.strip():
                     item, error = _parse(lineno, line)
                     if item is None:
