@@ -841,3 +841,25 @@ def test_a_data_id_starting_with_two_underscores_is_refused_at_load(datamodel):
     with pytest.raises(sb.ChartValidationError, match="reserved"):
         sb.Chart.from_scxml(f'<scxml xmlns="http://www.w3.org/2005/07/scxml" version="1.0" datamodel="{datamodel}">'
                             '<datamodel><data id="__d" expr="1"/></datamodel><state id="a"/></scxml>')
+
+
+def test_instants_are_exact_to_the_millisecond_never_early():
+    """``int(dt.timestamp() * 1000)`` rounded through a float: about one millisecond instant
+    in fifteen after 2034 came out 1 ms early, so an ``<sb:timeout at=...>`` fired before
+    the instant it named. A sub-millisecond remainder rounds up, for the same reason."""
+    import random
+    from datetime import UTC, datetime, timedelta
+
+    from statebound.chart.compiler import parse_instant
+    from statebound.cli.timers import parse_time
+
+    epoch = datetime(1970, 1, 1, tzinfo=UTC)
+    rng = random.Random(7)
+    lo, hi = 2_000_000_000_000, 2_200_000_000_000     # 2033 to 2039
+    for ms in [2169251686799, *(rng.randrange(lo, hi) for _ in range(2_000))]:
+        text = (epoch + timedelta(milliseconds=ms)).isoformat(timespec="milliseconds")
+        assert parse_instant(text) == ms, text
+        assert parse_instant(text.replace("+00:00", "Z")) == ms, text
+        assert parse_time(text, "--due-before") == ms, text
+    assert parse_instant("2026-01-01T00:00:00.000001Z") == 1767225600001
+    assert parse_instant("2026-01-01T01:00:00+01:00") == parse_instant("2026-01-01T00:00:00") == 1767225600000

@@ -16,7 +16,7 @@ import math
 import os
 import re
 import textwrap
-from datetime import datetime, UTC
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +29,7 @@ from .trust import (MAX_LOADED_CHARTS, TRUSTED, UNTRUSTED, UNTRUSTED_DATAMODELS,
                     read_file, read_src, roots_for)
 from .xml import MAX_ELEMENTS, SB_NS, SCXML_NS, El, parse_xml, serialize
 
-__all__ = ["compile_chart", "compile_file", "compile_src_child", "compile_content_child", "parse_duration",
+__all__ = ["compile_chart", "compile_file", "compile_src_child", "compile_content_child", "instant_ms", "parse_duration",
            "SUPPORTED_DATAMODELS"]
 
 #: The datamodels a chart may name; ``ecmascript`` needs the ``ecmascript`` extra (QuickJS).
@@ -59,15 +59,29 @@ def parse_duration(text: str) -> int | None:
     return round(ms) if math.isfinite(ms) and ms <= MAX_DELAY_MS else None
 
 
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_MS = timedelta(milliseconds=1)
+
+
 def parse_instant(text: str) -> int | None:
     """Parse an ISO-8601 instant (``"2026-01-01T00:00:00Z"``) into epoch ms, or ``None``."""
     try:
         dt = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
     except ValueError:
         return None
+    return instant_ms(dt)
+
+
+def instant_ms(dt: datetime) -> int:
+    """``dt`` (UTC unless it carries an offset) in epoch milliseconds, never before it.
+
+    In whole numbers: ``int(dt.timestamp() * 1000)`` rounds through a float, and for about
+    one millisecond instant in fifteen after 2034 it came out 1 ms early, so a deadline
+    fired before the instant it named. A sub-millisecond remainder rounds up, for the same reason.
+    """
     if dt.tzinfo is None:
         dt = dt.replace(tzinfo=UTC)
-    return int(dt.timestamp() * 1000)
+    return -((_EPOCH - dt) // _MS)
 
 
 def _normalise_text(text: str) -> str:

@@ -14,7 +14,9 @@ import signal
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from datetime import UTC, datetime
+from datetime import datetime
+
+from ..chart.compiler import instant_ms
 from typing import Any
 
 from .. import SystemClock, Sweeper
@@ -45,9 +47,7 @@ def parse_time(text: str, option: str) -> int:
     except ValueError:
         raise CliError(f"{option} takes an ISO-8601 time (2030-01-31T12:00:00Z) or epoch milliseconds, "
                        f"not {text!r}", EXIT_USAGE) from None
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=UTC)
-    return int(when.timestamp() * 1000)
+    return instant_ms(when)
 
 
 def _row_line(t: dict[str, Any], *, instance: bool) -> str:
