@@ -537,6 +537,9 @@ class Host:
             raise InvalidArgument(f"migrate() takes a Chart or a registered chart name, not {type(chart).__name__}")
         if mapping is not None and not isinstance(mapping, Mapping):
             raise InvalidArgument(f"mapping must be a mapping of old state ids to new, not {type(mapping).__name__}")
+        for old, new in (mapping or {}).items():
+            if not isinstance(old, str) or not isinstance(new, str):
+                raise InvalidArgument(f"mapping takes state ids (strings) to state ids, not {old!r} to {new!r}")
         if self._revisions.get(chart.name, {}).get(chart.identity) is None:
             self.register(chart)
         return migration.migrate(self, instance_id, chart, mapping=mapping, dry_run=dry_run)
