@@ -1084,3 +1084,29 @@ def test_a_remembered_revision_that_no_longer_compiles_fails_only_its_own_instan
     assert ok_json(capsys, "show", "o-1")["configuration"] == ["Pending"]
     ok(capsys, "send", "o-1", "StartPayment")
     assert ok_json(capsys, "sweep", "--once")["fired"] == 0
+
+
+def test_redrive_all_dead_looks_past_a_page_of_rows_it_must_refuse(db, capsys):
+    # a suspended instance's dead rows are refused and stay dead: 500 of them sorting first
+    # filled the one page --all-dead read, and every row behind them stayed dead, exit 0
+    many = ('<scxml xmlns="http://www.w3.org/2005/07/scxml" version="1.0" name="many" initial="A" '
+            'datamodel="python"><datamodel><data id="N" expr="1"/></datamodel><state id="A"><onentry>'
+            '<foreach array="list(range(N))" item="k"><send event="x" delay="1s"/></foreach></onentry>'
+            '<transition event="x"><log label="x" expr="1"/></transition></state></scxml>')
+
+    def down(*_args):
+        raise RuntimeError("log sink down")
+    clock = sb.ManualClock(0)
+    host = sb.Host([sb.Chart.from_scxml(many)], store=sb.SQLiteStore(db), clock=clock, on_log=down,
+                   max_attempts=1, max_deliveries=10_000)
+    host.start("many", "a-suspended", data={"N": 501})
+    host.start("many", "b-healthy")
+    clock.set(5_000)
+    sb.Sweeper(host, batch=1_000).run_until_idle()
+    host.suspend("a-suspended")
+    assert len(host.dead_timers(10_000)) == 502
+    d = ok_json(capsys, "redrive", "--all-dead")
+    assert d["redriven"] == [{"instance": "b-healthy", "ordinal": 1}]
+    assert len(d["refused"]) == 501 and {r["instance"] for r in d["refused"]} == {"a-suspended"}
+    assert [r.state for r in host.store.pending_timers("b-healthy")] == ["pending"]
+    host.store.close()

@@ -106,7 +106,9 @@ def cmd_redrive(args: argparse.Namespace) -> int:
             raise CliError("redrive takes ID ORDINAL or --all-dead, not both", EXIT_USAGE)
         seen: set[tuple[str, int]] = set()
         while True:     # the dead index may lag: stop when a page shows nothing new
-            fresh = [r.key for r in store.dead_timers(500) if r.key not in seen]
+            # Refused rows stay dead and sort where they were: a fixed first page filled up
+            # with them and hid every row behind it. The page grows past all that was seen.
+            fresh = [r.key for r in store.dead_timers(len(seen) + 500) if r.key not in seen]
             if not fresh:
                 break
             for key in fresh:
