@@ -10,6 +10,7 @@ no traceback, nothing on stdout.
 
 from __future__ import annotations
 
+import argparse
 import json
 import subprocess
 import sys
@@ -1109,4 +1110,30 @@ def test_redrive_all_dead_looks_past_a_page_of_rows_it_must_refuse(db, capsys):
     assert d["redriven"] == [{"instance": "b-healthy", "ordinal": 1}]
     assert len(d["refused"]) == 501 and {r["instance"] for r in d["refused"]} == {"a-suspended"}
     assert [r.state for r in host.store.pending_timers("b-healthy")] == ["pending"]
+    host.store.close()
+
+
+def test_a_running_sweep_fires_timers_of_instances_migrated_after_it_started(db, capsys, monkeypatch):
+    # `statebound sweep` built its host from the registry once: a `migrate` meanwhile moved
+    # blobs to a revision it did not hold, every fire failed, and the timers were parked dead
+    from statebound.cli import _store
+    v1 = ('<scxml xmlns="http://www.w3.org/2005/07/scxml" xmlns:sb="urn:statebound" version="1.0" '
+          'datamodel="python" name="order" initial="Started"><state id="Started">'
+          '<sb:timeout event="PaymentTimeout" after="3s"/>{extra}'
+          '<transition event="PaymentTimeout" target="Cancelled"/></state><final id="Cancelled"/></scxml>')
+    Path("v1.scxml").write_text(v1.format(extra=""))
+    Path("v2.scxml").write_text(v1.format(extra='<transition event="Refund" target="Cancelled"/>'))
+    ok(capsys, "start", "v1.scxml", "order-1")
+    args = argparse.Namespace(store=str(db), history=None, verbose=0, quiet=False, json=False)
+    host, _reg = _store.open_host(args)            # what `statebound sweep` runs on, from before the migrate
+    ok(capsys, "migrate", "--chart", "order", "--to", "v2.scxml")
+    v2 = sb.Chart.from_file("v2.scxml")
+    assert host.store.load("order-1").blob and host.chart("order").identity != v2.identity
+    (row,) = host.pending_timers("order-1")
+    clock = sb.ManualClock(row.due_at_ms)
+    host.clock = clock
+    assert sb.Sweeper(host).run_until_idle().fired == 1
+    assert ok_json(capsys, "show", "order-1")["configuration"] == ["Cancelled"]
+    assert host.chart("order").identity != v2.identity        # new starts stay on what it was given
+    assert host.dead_timers() == []
     host.store.close()

@@ -15,9 +15,10 @@ from __future__ import annotations
 
 import argparse
 import os
+import time
 from typing import Any
 
-from .. import Host, SystemClock
+from .. import Chart, Host, SystemClock
 from ..storeurl import open_store as open_url
 from ..storeurl import parse_store_url
 from ._base import EXIT_NOT_FOUND, EXIT_USAGE, CliError, log_printer
@@ -85,8 +86,33 @@ def open_host(args: argparse.Namespace, *, create: bool = True) -> tuple[Host, C
     (recording history when ``--history N`` asks for it; ``create``: as for :func:`open_location`)."""
     store, reg = open_store(args, create=create)
     host = Host(reg.load_all(), store=store, clock=SystemClock(), on_log=log_printer(args),
-                history=history_keep(args) or False)
+                history=history_keep(args) or False, find_revision=_RegistryLookup(reg))
     return host, reg
+
+
+class _RegistryLookup:
+    """``Host(find_revision=...)`` for a command that runs on: a ``statebound sweep`` started
+    before a ``migrate`` registered the new revision read the moved blobs against the old
+    one, failed every fire of them, and parked their timers as dead. It re-reads the
+    registry for a revision it does not know, at most once a minute per revision it did not
+    find there."""
+
+    RETRY_S = 60.0
+
+    def __init__(self, reg: ChartRegistry) -> None:
+        self.reg = reg
+        self.missed: dict[tuple[str, str], float] = {}
+
+    def __call__(self, name: str, identity: str) -> Chart | None:
+        now = time.monotonic()
+        if now - self.missed.get((name, identity), -self.RETRY_S) < self.RETRY_S:
+            return None
+        for chart in self.reg.load_all():
+            if chart.name == name and chart.identity == identity:
+                self.missed.pop((name, identity), None)
+                return chart
+        self.missed[(name, identity)] = now
+        return None
 
 
 def history_keep(args: argparse.Namespace) -> int:

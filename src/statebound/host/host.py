@@ -32,7 +32,7 @@ from __future__ import annotations
 import logging
 import random
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 from typing import Any
 from urllib.parse import quote
@@ -131,6 +131,11 @@ class Host:
         host asks it to fire the pending rows the commit wrote (timers, outbox rows it does
         not hand over itself) that are due within its horizon, so a sweeper in another
         process fires them on time. ``None``: sweepers find rows by reading the store.
+    :param find_revision: called as ``find_revision(name, identity)`` when a stored position
+        names a revision of chart ``name`` this host does not hold (a migration registered
+        it after this host started): returns that revision, which is then kept beside the
+        others (new instances still start on the latest registered), or ``None``. Without
+        it, or when it finds nothing, the load fails with ``ChartIdentityMismatch``.
     """
 
     def __init__(self, charts: Iterable[Chart] = (), store: Store | None = None, clock: Clock | None = None, *,
@@ -146,7 +151,8 @@ class Host:
                  deliver_after_commit: bool = True, idempotency_retention: int = 100,
                  history: bool | int = False, history_ttl_s: int | None = None, tracer: Any = None,
                  max_batch: int = 100, untrusted_may_use: Iterable[str] = (),
-                 wakeup: Wakeup | None = None) -> None:
+                 wakeup: Wakeup | None = None,
+                 find_revision: Callable[[str, str], Chart | None] | None = None) -> None:
         self.store: Store = store if store is not None else MemoryStore()
         self.clock: Clock = clock if clock is not None else SystemClock()
         self.max_rounds = max_rounds
@@ -168,6 +174,7 @@ class Host:
             raise InvalidArgument("outbox_lease_ms must be >= 0, idempotency_retention and max_batch >= 1")
         self.max_batch = max_batch
         self.wakeup = wakeup
+        self.find_revision = find_revision
         #: send processors by type name (see ``processors=``)
         self.processors: dict[str, Any] = check_processors(processors)
         #: invoke handlers by type name (see ``invokers=``)
@@ -233,6 +240,20 @@ class Host:
             except PositionError:
                 pass  # from_bytes will report the damage precisely
         return latest
+
+    def _found_revision(self, name: str, identity: str) -> Chart | None:
+        """The revision ``find_revision`` gives for a blob this host holds no chart for,
+        kept as a revision (never as the latest), or ``None``."""
+        if self.find_revision is None:
+            return None
+        chart = self.find_revision(name, identity)
+        if not isinstance(chart, Chart) or chart.name != name or chart.identity != identity:
+            return None
+        latest = self._charts.get(name)
+        self.register(chart)
+        if latest is not None:   # what new instances start on does not change behind the caller's back
+            self._charts[name] = latest
+        return chart
 
     def chart(self, name: str) -> Chart:
         """The registered chart called ``name``."""

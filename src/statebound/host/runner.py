@@ -20,7 +20,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from ..datamodel.budget import Budget
-from ..exceptions import ConflictError, InstanceExists
+from ..exceptions import ChartIdentityMismatch, ConflictError, InstanceExists
 from ..interpreter import Position
 from . import history as history_mod
 from .routing import offer, restamp
@@ -31,9 +31,10 @@ from .unit import AlreadyDone, Entry, Unit
 from .wakeup import wakeups_for
 
 if TYPE_CHECKING:
+    from ..chart.model import Chart
     from .host import Host
 
-__all__ = ["run", "attempt", "forget_entries", "landed", "build_commit", "load", "decode", "fetch", "wake", "result", "bare"]
+__all__ = ["run", "attempt", "forget_entries", "landed", "build_commit", "load", "decode", "from_bytes", "fetch", "wake", "result", "bare"]
 
 log = logging.getLogger("statebound")
 
@@ -201,7 +202,7 @@ def load(h: Host, u: Unit, instance_id: str) -> Entry | None:
     pos = h._decoded.get(instance_id, rec.blob, chart)
     decoded = pos is None
     if pos is None:
-        pos = Position.from_bytes(rec.blob, chart)
+        pos = from_bytes(h, rec.chart, rec.blob, chart)
     # the position stays as decoded: its drives get this host's per-driver fields beside it
     e = Entry(rec, pos, rec.chart, list(rec.timers), rec.parent, keys=list(rec.idempotency),
               suspended=rec.status == SUSPENDED, bare=(pos, pos), decoded=decoded, driver=offer(h, u, pos))
@@ -217,9 +218,21 @@ def decode(h: Host, instance_id: str, blob: bytes, chart_name: str) -> Position:
     chart = h._chart_for_blob(chart_name, blob)
     pos = h._decoded.get(instance_id, blob, chart)
     if pos is None:
-        pos = Position.from_bytes(blob, chart)
+        pos = from_bytes(h, chart_name, blob, chart)
         h._decoded.put(instance_id, blob, pos)
     return pos
+
+
+def from_bytes(h: Host, chart_name: str, blob: bytes, chart: Chart) -> Position:
+    """Decode a stored blob against ``chart``; a blob of a revision this host does not hold
+    is decoded against the one ``Host(find_revision=...)`` finds, if it finds one."""
+    try:
+        return Position.from_bytes(blob, chart)
+    except ChartIdentityMismatch as exc:
+        found = h._found_revision(chart_name, exc.found[0])
+        if found is None:
+            raise
+    return Position.from_bytes(blob, found)
 
 
 def fetch(h: Host, u: Unit, instance_id: str) -> PositionRecord | None:
