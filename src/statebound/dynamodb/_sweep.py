@@ -356,6 +356,13 @@ class Sweep:
         expires = now_ms + lease_ms
         out: list[TimerRow] = []
         with self.lock:
+            # The shards just read show every row still due in them, so a lapsed claim there
+            # has done its job (it made the shard due again). Kept, the claim of a row another
+            # sweeper fired meanwhile stayed for ever: its shard was re-read on every sweep,
+            # and next_due() answered a time in the past, so run_forever never slept.
+            read = set(wanted)
+            for key in [k for k, c in self._claims.items() if c.expires_ms <= now_ms and c.shard in read]:
+                del self._claims[key]
             for row in found[limit:]:
                 # ready rows left for the next call: keep their shards due
                 state = self._shards[self.store.shard_of(row.key)]
