@@ -120,6 +120,13 @@ def test_dynamodb_url_opens_a_dynamostore_with_its_options(monkeypatch):
         sb.open_store("dynamodb://orders?region=eu-west-1&endpoint_url=http://127.0.0.1:5999&bucket_ms=1000")
     assert store.client.meta.region_name == "eu-west-1"
     assert store.client.meta.endpoint_url == "http://127.0.0.1:5999"
+    # the store's own timeouts, not botocore's 60 s + 60 s retried: every CLI command opened
+    # its store this way and hung on an endpoint that never answered
+    from statebound.dynamodb._table import DYNAMODB_CALL
+    config = store.client.meta.config
+    assert (config.connect_timeout, config.read_timeout, config.retries) == (
+        DYNAMODB_CALL.connect_timeout, DYNAMODB_CALL.read_timeout, DYNAMODB_CALL.retries)
+    assert config.read_timeout <= 5 and config.retries["total_max_attempts"] <= 2
     with pytest.raises(sb.InvalidStoreURL, match="endpoint"):
         sb.open_store("dynamodb://orders?region=eu-west-1&endpoint_url=not a url")
 

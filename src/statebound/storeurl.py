@@ -189,6 +189,7 @@ def _open_dynamodb(url: str, table: str, options: dict[str, Any], overrides: dic
         from botocore.exceptions import BotoCoreError
 
         from .dynamodb import DynamoStore
+        from .dynamodb._table import DYNAMODB_CALL
     except ImportError:
         raise InvalidStoreURL(f"store URL {url!r} needs the DynamoDB backend: pip install 'statebound[aws]'") \
             from None
@@ -198,7 +199,10 @@ def _open_dynamodb(url: str, table: str, options: dict[str, Any], overrides: dic
     if "client" not in overrides:
         try:
             session = boto3.session.Session(profile_name=profile)
-            overrides = {**overrides, "client": session.client("dynamodb", region_name=region, endpoint_url=endpoint)}
+            # the store's own timeouts, as DynamoStore's default client has: botocore's 60 s
+            # connect and read, retried, held every CLI command on an endpoint that hangs
+            client = session.client("dynamodb", region_name=region, endpoint_url=endpoint, config=DYNAMODB_CALL)
+            overrides = {**overrides, "client": client}
         except (BotoCoreError, ValueError) as exc:  # no region, an unknown profile, a bad endpoint
             raise InvalidStoreURL(f"store URL {url!r}: {exc} (add ?region=... to the URL, or set AWS_REGION)") \
                 from None
