@@ -147,3 +147,38 @@ def test_a_record_too_large_for_an_item_is_kept_without_its_data(mock_client, ta
     assert records[1].steps[0]["event"]["data"] is None and records[1].steps[0]["event"]["name"] == "go"
     report = host.replay("b")                          # ...so replay says it cannot, rather than guess
     assert not report.identical and "without its data" in report.reason
+
+
+def test_a_caller_context_carried_by_every_step_never_makes_an_event_fail(mock_client, table):
+    """Every step of a call records its caller_context, and sends to self carry it again:
+    150 KB of context and two sends made a record the truncation (event data only) left
+    over the item limit, and DynamoDB refused the whole commit: the event failed, and a
+    timer carrying such a context was parked as dead."""
+    import statebound as sb
+    chart = sb.Chart.from_scxml('''<scxml xmlns="http://www.w3.org/2005/07/scxml" version="1.0" datamodel="python"
+      name="fan" initial="s"><datamodel><data id="n" expr="0"/></datamodel><state id="s">
+      <transition event="go"><send event="a"/><send event="b"/></transition>
+      <transition event="a"><assign location="n" expr="n + 1"/></transition>
+      <transition event="b"><assign location="n" expr="n + 1"/></transition></state></scxml>''')
+    store = make_store(mock_client, table)
+    host = sb.Host([chart], store=store, history=True)
+    host.start("fan", "f")
+    assert host.send("f", "go", caller_context={"trace": "x" * 150_000}).datamodel["n"] == 2
+    assert host.get("f").datamodel["n"] == 2
+    last = store.history("f")[-1]
+    assert last.call.get("truncated") is True and last.call.get("op") == "send"
+    assert not host.replay("f").identical
+
+
+def test_a_record_of_thousands_of_steps_is_kept_as_a_truncated_stub(mock_client, table):
+    import statebound as sb
+    chart = sb.Chart.from_scxml('''<scxml xmlns="http://www.w3.org/2005/07/scxml" version="1.0" datamodel="python"
+      name="loop" initial="s"><datamodel><data id="n" expr="0"/></datamodel><state id="s">
+      <transition event="go"><foreach array="list(range(3000))" item="k"><send event="a"/></foreach></transition>
+      <transition event="a"><assign location="n" expr="n + 1"/></transition></state></scxml>''')
+    store = make_store(mock_client, table)
+    host = sb.Host([chart], store=store, history=True, max_deliveries=10_000)
+    host.start("loop", "l")
+    assert host.send("l", "go", caller_context={"t": "y" * 100}).datamodel["n"] == 3000
+    last = store.history("l")[-1]
+    assert last.call == {"op": "send", "instance": "l", "truncated": True} and last.steps == ()

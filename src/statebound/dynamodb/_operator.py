@@ -195,10 +195,24 @@ def history_item(self: DynamoStore, h: HistoryRecord) -> dict[str, Any]:
     from .store import MAX_ITEM_BYTES
     item = _history_attrs(h)
     if codec.item_size(item) > MAX_ITEM_BYTES:
-        steps = tuple({**s, "event": {**s["event"], "data": None}} if "event" in s else s for s in h.steps)
+        # what a caller or an event brought is what grows without bound: its data, and the
+        # caller_context, which every step of the call carries again (a send to self, too)
+        steps = tuple(_slim_step(s) for s in h.steps)
         item = _history_attrs(replace(h, steps=steps, start=None, caller_context=None,
-                                      call={**h.call, "truncated": True}))
+                                      call={**h.call, "caller_context": None, "truncated": True}))
+    if codec.item_size(item) > MAX_ITEM_BYTES:
+        # still too large (thousands of steps): what the call was, and that it was truncated
+        call: dict[str, Any] = {k: h.call[k] for k in ("op", "instance", "timer") if k in h.call}
+        item = _history_attrs(replace(h, steps=(), start=None, caller_context=None,
+                                      call={**call, "truncated": True}))
     return item
+
+
+def _slim_step(step: dict[str, Any]) -> dict[str, Any]:
+    out = {**step, "event": {**step["event"], "data": None}} if "event" in step else dict(step)
+    if "context" in out:
+        out["context"] = None
+    return out
 
 
 def _history_attrs(h: HistoryRecord) -> dict[str, Any]:
