@@ -122,13 +122,30 @@ def invoke(h: Host, u: Unit, iid: str, pos: Position, eff: Invoke, ctx: Any) -> 
 
 
 def delete_instance(h: Host, u: Unit, iid: str) -> None:
-    """Delete an instance in unit ``u``: its invoked children, its rows and its queued events too."""
+    """Delete an instance in unit ``u``: its invoked children, its rows and its queued events too.
+
+    A child deleted because its parent, driven in ``u``, left the invoking state (or was
+    cancelled) has its handler invocations, and its descendants', cancelled as an exit
+    cancels them: their cancel rows are the parent's, since the child's rows go with it.
+    An instance deleted by ``Host.delete`` purges its rows, undelivered ones included.
+    """
     e = load(h, u, iid)
     if e is None:
         return
+    parent = u.entries.get(e.parent) if e.parent is not None else None
+    keeper = e.parent if parent is not None and not parent.deleted and parent.position is not None else None
+    _delete(h, u, iid, e, keeper)
+
+
+def _delete(h: Host, u: Unit, iid: str, e: Entry, keeper: str | None) -> None:
     if e.position is not None:
         for inv in e.position.invocations:
-            delete_instance(h, u, child_instance_id(iid, inv.invokeid))
+            cid = child_instance_id(iid, inv.invokeid)
+            child = load(h, u, cid)
+            if child is not None:
+                _delete(h, u, cid, child, keeper)
+        if keeper is not None:
+            h._outbox.cancel_ended(u, iid, keeper)
     for key in [k for k in u.puts if k[0] == iid]:
         del u.puts[key]
     e.deleted = True

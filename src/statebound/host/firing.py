@@ -121,19 +121,25 @@ def redrive_refusal(store: Any, key: TimerKey) -> str | None:
     """Why the dead row ``key`` must not be revived, or ``None`` (also when it is no dead row:
     ``retry_timer`` then answers that it found none).
 
-    * A dead invoke or cancel hook: the chart was told (``error.execution``) and its
-      invocation forgot the row's generation, so a revived row would run ``start`` again and
-      discard the answer. Entering the invoking state again invokes afresh.
+    * A dead invoke row whose invocation was ended: the chart was told (``error.execution``)
+      and forgot the row's generation, so a revived row would run ``start`` again and
+      discard the answer. Entering the invoking state again invokes afresh. One parked dead
+      without telling the chart (a row the sweep could not read, ADR 0027) still has its
+      generation in the position, and may be revived.
+    * A dead cancel row: its invocation is over, and the cancel hook is best effort, one try.
     * A row of a suspended instance: revived, it would be delivered while suspended (a
       suspended instance's rows are parked). Resume it first.
     """
     row = store.get_timer(key)
     if row is None or row.state != DEAD:
         return None
-    if row.kind in (INVOKE, CANCEL):
-        return (f"row {key} is a dead {row.kind} row: its invocation was ended with error.execution and "
-                "cannot take an answer; enter the invoking state again to invoke afresh")
     rec = store.load(row.instance_id)
+    if row.kind == CANCEL:
+        return (f"row {key} is a dead cancel row: its invocation is over, and its cancel hook is best effort "
+                "(one try)")
+    if row.kind == INVOKE and (rec is None or not any(r.ordinal == row.ordinal for r in rec.timers)):
+        return (f"row {key} is a dead invoke row: its invocation was ended with error.execution and "
+                "cannot take an answer; enter the invoking state again to invoke afresh")
     if rec is not None and rec.status == SUSPENDED:
         return f"instance {row.instance_id!r} is suspended: resume it, then revive its row {key}"
     return None

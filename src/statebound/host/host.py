@@ -650,9 +650,11 @@ class Host:
         """Revive a dead row so the next sweep delivers it again: ``True`` if a dead row was
         revived, ``False`` if there is none by that key.
 
-        :raises InvalidArgument: the row must not be revived: a dead invoke or cancel row (its
-            invocation was ended with ``error.execution``; entering the state again invokes
-            afresh), or a row of a suspended instance (resume it first).
+        :raises InvalidArgument: the row must not be revived: a dead invoke row whose
+            invocation was ended with ``error.execution`` (entering the state again invokes
+            afresh), a dead cancel row (its hook is best effort), or a row of a suspended
+            instance (resume it first). A dead invoke row the chart was never told of (one
+            the sweep could not read) may be revived.
         """
         _check_count("ordinal", ordinal)
         if ordinal >= 1 << 63:
