@@ -47,3 +47,21 @@ def test_migrate_refuses_a_mapping_of_anything_but_state_ids(mapping):
     with pytest.raises(sb.InvalidArgument, match="mapping"):
         host.migrate("i", chart, mapping=mapping)
     assert host.store.load("i") == before
+
+
+@pytest.mark.parametrize("call", [
+    lambda sw: sw.run_once(stop=30), lambda sw: sw.run_until_idle(max_sweeps="3"),
+    lambda sw: sw.run_until_idle(max_sweeps=0), lambda sw: sw.run_until_idle(stop="soon"),
+    lambda sw: sw.run_forever(stop=1.5),
+])
+def test_sweeper_runs_refuse_a_stop_or_count_they_cannot_use_before_claiming(call):
+    chart = sb.Chart.from_scxml("""<scxml xmlns="http://www.w3.org/2005/07/scxml" version="1.0" name="t"
+      initial="a"><state id="a"><onentry><send event="go" delay="1s"/></onentry>
+      <transition event="go" target="b"/></state><final id="b"/></scxml>""")
+    clock = sb.ManualClock(0)
+    host = sb.Host([chart], clock=clock)
+    host.start("t", "i")
+    clock.advance(1_000)
+    with pytest.raises(sb.InvalidArgument):
+        call(sb.Sweeper(host))
+    assert [r.state for r in host.pending_timers("i")] == ["pending"]      # nothing claimed

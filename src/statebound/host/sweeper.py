@@ -385,6 +385,8 @@ class Sweeper:
         """Sweep until nothing is due now, or until ``stop`` is set (an Event) or returns
         true (a callable), checked between sweeps as :meth:`run_forever` does; returns the
         totals."""
+        _count("max_sweeps", max_sweeps, 1 << 62)
+        _check_stop(stop)
         reports = []
         for _ in range(max_sweeps):
             if stop is not None and (stop.is_set() if isinstance(stop, threading.Event) else stop()):
@@ -412,6 +414,7 @@ class Sweeper:
 
         Stops between sweeps, never mid-fire, so a stop loses nothing.
         """
+        _check_stop(stop)
         def stopped() -> bool:
             if stop is None:
                 return False
@@ -486,6 +489,15 @@ def _merge(reports: list[SweepReport]) -> SweepReport:
 
 def _stopper(stop: threading.Event | Callable[[], bool]) -> Callable[[], bool]:
     """``stop`` as a callable, an Event or not (as ``run_forever`` takes either)."""
+    _check_stop(stop)
     if isinstance(stop, threading.Event):
         return stop.is_set
     return lambda: bool(stop())
+
+
+def _check_stop(stop: object) -> None:
+    # refused before the sweep claims anything: found at the first check, after the claim,
+    # a wrong ``stop`` (a number of seconds, say) left the claimed rows to their lease
+    if stop is not None and not isinstance(stop, threading.Event) and not callable(stop):
+        raise InvalidArgument(f"stop must be a threading.Event or a callable returning true to stop, "
+                              f"not {stop!r}")
