@@ -91,3 +91,30 @@ def test_run_until_idle_stops_between_sweeps_when_asked():
     report = sb.Sweeper(host, batch=2).run_until_idle(stop=stop)
     assert report.fired == 4 and len(asked) == 3      # two sweeps of two, then the stop
     assert sb.Sweeper(host, batch=2).run_until_idle().fired == 1
+
+
+def test_run_until_idle_goes_on_after_a_sweep_that_only_parked_rows():
+    """Rows claimed just before their instance was suspended (by another thread or
+    process) are parked when the sweep fires them. Not counted, a sweep of only those
+    reported a total of 0, and run_until_idle stopped with other rows still due."""
+    chart = sb.Chart.from_scxml("""<scxml xmlns="http://www.w3.org/2005/07/scxml" version="1.0" name="t"
+      datamodel="python" initial="a"><datamodel><data id="d" expr="1"/></datamodel><state id="a"><onentry>
+      <foreach array="list(range(3))" item="k"><send event="go" delayexpr="str(d) + 's'"/></foreach>
+      </onentry><transition event="go"/></state></scxml>""")
+    clock = sb.ManualClock(0)
+    host = sb.Host([chart], clock=clock)
+    host.start("t", "early", {"d": 1})
+    host.start("t", "late", {"d": 2})
+    clock.advance(2_000)
+    claim_due = host.store.claim_due
+
+    def claim_then_suspend(*args, **kwargs):
+        rows = claim_due(*args, **kwargs)
+        if rows and rows[0].instance_id == "early":
+            host.suspend("early")              # an operator, between this claim and its fires
+        return rows
+    host.store.claim_due = claim_then_suspend
+    report = sb.Sweeper(host, batch=3).run_until_idle()
+    assert host.pending_timers("late") == []            # swept to the end
+    assert report.parked == 3 and report.fired == 3
+    assert [r.state for r in host.pending_timers("early")] == ["suspended"] * 3

@@ -60,6 +60,8 @@ class SweepReport:
     :ivar waiting: invocations whose handler will answer later.
     :ivar cancelled: invocations cancelled (their cancel hooks called).
     :ivar empty: wake-ups whose row was already fired, cancelled or gone (one read each).
+    :ivar parked: rows claimed before their instance was suspended, parked with it (they
+        fire after ``resume``).
     :ivar more: the sweep's ``stop`` cut it short: rows may still be due (sweep again).
     :ivar unreached: the rows the sweep took (claimed, or named by a wake-up) but did not
         fire because ``stop`` said so, none of them fired or counted as an attempt (see
@@ -78,12 +80,15 @@ class SweepReport:
     empty: int = 0
     more: bool = False
     unreached: tuple[TimerKey, ...] = ()
+    parked: int = 0
 
     @property
     def total(self) -> int:
         """Rows handled in this sweep."""
+        # parked rows count: a sweep of nothing but a suspended instance's rows handled a
+        # batch, and run_until_idle took its total of 0 for "nothing more is due"
         return (self.fired + self.discarded + self.stale + self.failed + self.skipped + self.delivered
-                + self.waiting + self.cancelled)
+                + self.waiting + self.cancelled + self.parked)
 
     @property
     def max_lag_ms(self) -> int:
@@ -113,6 +118,7 @@ class SweeperMetrics:
     waiting: int = 0
     cancelled: int = 0
     empty: int = 0
+    parked: int = 0
 
     def add(self, report: SweepReport) -> None:
         """Fold one sweep's report in."""
@@ -463,7 +469,7 @@ def _count(name: str, value: object, most: int) -> None:
 
 
 #: The outcome counters of a report, one per :class:`FireResult` outcome.
-_COUNTS = ("fired", "discarded", "stale", "failed", "skipped", "delivered", "waiting", "cancelled")
+_COUNTS = ("fired", "discarded", "stale", "failed", "skipped", "delivered", "waiting", "cancelled", "parked")
 
 
 def _report(results: list[FireResult], empty: int = 0, *, more: bool = False,
@@ -478,7 +484,7 @@ def _report(results: list[FireResult], empty: int = 0, *, more: bool = False,
     return SweepReport(fired=counts["fired"], discarded=counts["discarded"], stale=counts["stale"],
                        failed=counts["failed"], skipped=counts["skipped"], lag_ms=tuple(lags),
                        delivered=counts["delivered"], waiting=counts["waiting"], cancelled=counts["cancelled"],
-                       empty=empty, more=more, unreached=unreached)
+                       empty=empty, more=more, unreached=unreached, parked=counts["parked"])
 
 
 def _merge(reports: list[SweepReport]) -> SweepReport:
