@@ -4,7 +4,7 @@ Routes:
   POST /instances/{id}          {"chart": "order", "data": {...}}  -> 201, the new instance
   POST /instances/{id}/events   {"event": "StartPayment", "data": {...}}  -> 200
                                 (or a Basic HTTP form post: _scxmleventname=...&k=v)
-  GET  /instances/{id}          -> 200, the instance and its pending timer rows
+  GET  /instances/{id}          -> 200, the instance and its timer rows not yet fired
 
 Every answer shows the instance's datamodel, except the variables in
 ``REDACTED_VARIABLES`` (the order's ``card``), which show only as ``"redacted"``.
@@ -12,12 +12,15 @@ Every answer shows the instance's datamodel, except the variables in
 Both POSTs answer from the position they committed, so an external event costs two
 DynamoDB requests: one GetItem and one write (TransactWriteItems, or a conditional PutItem
 when no timer changes). Their body lists the armed named timeouts; the timer rows with
-due times are GET's (one GetItem plus one Query of the instance's partition).
+due times are GET's (one GetItem plus one Query of the instance's partition). GET lists
+only timers (``kind`` "timer"), each with its ``state``; the outbox rows of the same
+partition (the order confirmation) are ``redrive.py``'s to show.
 
 Both POSTs take an ``Idempotency-Key`` header (1 to 256 printable ASCII characters; the
-quoted form of the IETF draft, ``"k-1"``, is accepted too), passed to the host as
-``idempotency_key``. A repeat of a key on the same instance applies nothing, costs one
-GetItem, and answers as the first request did (201 or 200, the instance as it is now) with
+quoted form of the IETF draft, ``"k-1"``, is accepted too; a comma is not, since API
+Gateway joins a repeated header with commas), passed to the host as ``idempotency_key``.
+A repeat of a key on the same instance applies nothing, costs one GetItem, and answers as
+the first request did (201 or 200, the instance as it is now) with
 ``idempotent-replayed: true``; the same key with another event, data or chart is a 422.
 
 No client may send an event the charts raise for themselves: a ``<sb:timeout>`` event of
@@ -25,12 +28,15 @@ any deployed revision (``PaymentTimeout``: posting it would fire the timer early
 platform event (``done.*``, ``error.*``); that is a 403 and changes nothing.
 
 JSON is strict both ways (``statebound.jsonio``): NaN and Infinity are refused in a
-body and never written. Errors map to 400 bad input, 403 a chart's own event, 404 unknown instance or chart, 409
-exists, conflict or an undeployed chart revision, 410 halted, 413 too large, 422 an
+body and never written. An event body that is JSON sent as a form (``curl -d`` without a
+content-type) is a 415, not the event ``HTTP.POST``. Errors map to 400 bad input, 403 a
+chart's own event, 404 unknown instance or chart, 409 exists, conflict or an undeployed
+chart revision, 410 halted, 413 too large, 415 JSON sent as a form, 422 an
 Idempotency-Key reused for another request, 503 the table is unavailable, 500 anything
-else. A 5xx, or any error that came from AWS, answers a generic message and the request
-id; the details (which may name the role or table) go to the log under that id, never
-into the response.
+else, a deployment whose charts do not compile included (the problems go to the log). A
+5xx, or any error that came from AWS, answers a generic message and the request id; the
+details (which may name the role or table) go to the log under that id, never into the
+response.
 """
 
 from __future__ import annotations
@@ -44,6 +50,7 @@ from urllib.parse import parse_qsl
 import statebound as sb
 from statebound import jsonio
 from statebound.dynamodb import MAX_INSTANCE_ID_BYTES
+from statebound.host.store import TIMER
 
 from app import OwnEvent, flush_outbox_metrics, get_host, refuse_own_event
 from telemetry import logger, scope
@@ -68,6 +75,18 @@ _IDEMPOTENCY_KEY = re.compile(r"[\x20-\x7e]{1,256}")
 
 class BadRequest(Exception):
     """The request itself is malformed (400)."""
+
+    status = 400
+
+
+class UnsupportedMediaType(BadRequest):
+    """The body is not what its content-type says it is (415)."""
+
+    status = 415
+
+
+class HostUnavailable(Exception):
+    """The environment's Host could not be built (a chart of the deployment does not compile)."""
 
 
 def _response(status: int, body: Any, correlation_id: str | None = None, *,
@@ -154,9 +173,14 @@ def _view(pos: sb.Position, instance_id: str) -> dict[str, Any]:
 
 
 def _view_with_timers(host: sb.Host, instance_id: str) -> dict[str, Any]:
+    """:func:`_view` plus the instance's timers that have not fired, each with its state
+    (``pending``, ``claimed``, ``suspended`` or ``dead``)."""
     view = _view(host.get(instance_id), instance_id)
+    # The partition also holds outbox rows (a confirmation not yet delivered, or parked
+    # dead): they are no timers, have no name or event name, and redrive.py lists them.
     view["timers"] = [{"ordinal": r.ordinal, "name": r.name, "event": r.event.get("name"), "due_at_ms": r.due_at_ms,
-                       "state": r.state, "attempts": r.attempts} for r in host.pending_timers(instance_id)]
+                       "state": r.state, "attempts": r.attempts}
+                      for r in host.pending_timers(instance_id) if r.kind == TIMER]
     return view
 
 
@@ -164,6 +188,14 @@ def _event_from_request(raw: str, ctype: str, instance_path: str) -> sb.Event:
     if ctype == "application/x-www-form-urlencoded":
         # The SCXML Basic HTTP event I/O processor posts forms like this one.
         form = dict(parse_qsl(raw, keep_blank_values=True))
+        if "_scxmleventname" not in form and raw.lstrip().startswith("{"):
+            # curl -d sends JSON as a form unless told otherwise; read as one, it would be
+            # the event HTTP.POST, applied under the caller's Idempotency-Key. A form
+            # serializer never writes a raw "{" (it percent-encodes it, as Basic HTTP senders
+            # encode a <content> body), so no real form post is refused.
+            raise UnsupportedMediaType(
+                "the body is JSON but its content-type is application/x-www-form-urlencoded (curl -d's default): "
+                "send 'content-type: application/json', or name a form post's event with _scxmleventname")
         name = form.get("_scxmleventname") or "HTTP.POST"
         return sb.Event(name, form, origintype=sb.events.BASICHTTP_PROCESSOR,
                         raw=f"POST {instance_path} HTTP/1.1\r\n\r\n{raw}")
@@ -178,11 +210,16 @@ def idempotency_key(event: dict[str, Any]) -> str | None:
     """The request's ``Idempotency-Key`` header, if it has one; :class:`BadRequest` if it is malformed.
 
     Stripe's bare form (``Idempotency-Key: k-1``) and the IETF draft's quoted string
-    (``Idempotency-Key: "k-1"``) name the same key.
+    (``Idempotency-Key: "k-1"``) name the same key. A key may not contain a comma: API
+    Gateway joins a header sent twice with one (``k-1,k-1``), and that new key would apply
+    a retry again.
     """
     raw = _headers(event).get("idempotency-key")
     if raw is None:
         return None
+    if "," in raw:
+        raise BadRequest("Idempotency-Key may not contain ',': send the header once "
+                         "(API Gateway joins a repeated header with commas)")
     key = raw.strip()
     if len(key) >= 2 and key[0] == key[-1] == '"':
         key = key[1:-1]
@@ -250,7 +287,7 @@ def _handle(event: dict[str, Any]) -> dict[str, Any]:
                    + ("/events" if len(parts) == 3 else ""), api_request_id=event["requestContext"].get("requestId")):
             return _route(event, method, path, parts, instance_id, cid)
     except BadRequest as exc:
-        return _response(400, {"error": str(exc)}, cid)
+        return _response(exc.status, {"error": str(exc)}, cid)
     except OwnEvent as exc:
         logger.warning("own event refused", extra={"reason": str(exc)})
         return _response(403, {"error": str(exc)}, cid)
@@ -258,20 +295,34 @@ def _handle(event: dict[str, Any]) -> dict[str, Any]:
         if not from_aws(exc):
             return _response(400, {"error": str(exc).splitlines()[0]}, cid)
         return _internal_error(cid)
+    except HostUnavailable as exc:
+        cause = exc.__cause__
+        return _internal_error(cid, reason="the host could not be built; is the deployment's charts/ valid?",
+                               problems=[str(p) for p in getattr(cause, "problems", ())] or str(cause))
     except sb.StateboundError as exc:
         return _error(exc, cid)
     except Exception:
         return _internal_error(cid)
 
 
-def _internal_error(cid: str | None) -> dict[str, Any]:
-    logger.exception("request failed", extra={"status": 500})
+def _internal_error(cid: str | None, **extra: Any) -> dict[str, Any]:
+    logger.exception("request failed", extra={"status": 500, **extra})
     return _response(500, {"error": "internal error", "request_id": cid}, cid)
+
+
+def _host() -> sb.Host:
+    """:func:`app.get_host`, whose failure is the deployment's fault, never the request's."""
+    try:
+        return get_host()
+    except sb.StateboundError as exc:
+        # ChartError would be a 400 naming a server file; every request fails alike until a
+        # fixed deployment, so it is a 500 whose problems go to the log only
+        raise HostUnavailable(str(exc)) from exc
 
 
 def _route(event: dict[str, Any], method: str, path: str, parts: list[str], instance_id: str,
            cid: str | None) -> dict[str, Any]:
-    host = get_host()
+    host = _host()
     context = {"correlation_id": cid}
     key = idempotency_key(event) if method == "POST" else None
     if key is not None:

@@ -19,6 +19,16 @@ retries should set it.
 function returns ``{"batchItemFailures": [{"itemIdentifier": messageId}, ...]}`` and SQS
 deletes every other message of the batch. One record's failure never fails the others.
 
+**It ends before its timeout.** It starts no record with ``SQS_EVENTS_MARGIN_MS`` (5000) or
+less left, and reports the records it did not reach as failures, so SQS delivers them
+again. An invocation killed by its timeout would return nothing, and SQS would deliver the
+whole batch again, the records it applied included: each such receive counts towards the
+redrive policy's ``maxReceiveCount``, and a copy moved to the dead-letter queue that way
+has no ``idempotency_key`` attribute (see the README, "Events over SQS"). The margin is
+longer than one record takes while SQS hangs: its dead-letter send, like the outbox
+hand-over and the wake-ups, gets one attempt of 1 s to connect and 2 s to read
+(``app.HANDOVER_CONFIG``), not botocore's 60 s, retried.
+
 **Which failures are retried, and which go to the dead-letter queue at once:**
 
 ============================================  ==============================================
@@ -46,8 +56,8 @@ the producer gave no key it also gets ``idempotency_key`` = the original message
 redriven copy keeps its key. If that send fails, the record is reported as a batch item
 failure instead: it is never lost, only retried.
 
-Environment: ``DEAD_LETTER_QUEUE_URL`` (the template's ``EventsDeadLetters``), plus what
-app.py reads.
+Environment: ``DEAD_LETTER_QUEUE_URL`` (the template's ``EventsDeadLetters``),
+``SQS_EVENTS_MARGIN_MS`` (default 5000), plus what app.py reads.
 """
 
 from __future__ import annotations
@@ -57,11 +67,13 @@ import os
 from typing import Any
 
 import boto3
+from botocore.config import Config
 
 import statebound as sb
 from statebound import jsonio
+from statebound.dynamodb.lambda_handlers import Deadline
 
-from app import OwnEvent, flush_outbox_metrics, get_host, refuse_own_event
+from app import HANDOVER_CONFIG, OwnEvent, flush_outbox_metrics, get_host, refuse_own_event
 from handler import CORRELATION_ID, BadRequest, check_instance_id, from_aws
 from telemetry import logger, scope
 
@@ -91,8 +103,20 @@ def permanent(exc: BaseException) -> bool:
 def _client() -> Any:
     global _sqs
     if _sqs is None:
-        _sqs = boto3.client("sqs")
+        # one short attempt: a send that fails is reported and SQS retries the record, while
+        # botocore's defaults (60 s to read, retried) would hold the batch past the timeout
+        _sqs = boto3.client("sqs", config=Config(**HANDOVER_CONFIG))
     return _sqs
+
+
+def _deadline(context: Any) -> Deadline:
+    """When to stop starting records: ``SQS_EVENTS_MARGIN_MS`` before the invocation's end."""
+    try:
+        clock = get_host().clock
+    except Exception:   # every record meets this again in _apply, where it is logged and reported
+        clock = None
+    return Deadline(context.get_remaining_time_in_millis, int(os.environ.get("SQS_EVENTS_MARGIN_MS", "5000")),
+                    clock=clock)
 
 
 def _attribute(record: dict[str, Any], name: str) -> str | None:
@@ -189,8 +213,18 @@ def handle(event: dict[str, Any], context: Any) -> dict[str, Any]:
     if not isinstance(records, list):
         raise ValueError("not an SQS event: no Records")   # fails the batch, which SQS retries
     failures = []
-    counts = {"applied": 0, "retried": 0, "dead_lettered": 0}
-    for record in records:
+    counts = {"applied": 0, "retried": 0, "dead_lettered": 0, "not_reached": 0}
+    deadline = _deadline(context)
+    for n, record in enumerate(records):
+        if deadline():
+            # reported, not left to the timeout: a killed invocation would have SQS deliver
+            # the records already applied again too
+            rest = records[n:]
+            failures += [{"itemIdentifier": r["messageId"]} for r in rest]
+            counts["not_reached"] = len(rest)
+            logger.warning("%d ms or less left: %d record(s) not reached; SQS will deliver them again",
+                           deadline.margin_ms, len(rest))
+            break
         message_id = record["messageId"]
         cid = _correlation_id(record)
         keys: dict[str, Any] = {"message_id": message_id, "correlation_id": cid}
