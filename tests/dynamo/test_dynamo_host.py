@@ -5,6 +5,8 @@ event, and a fire lost to another store object reported as skipped.
 
 from __future__ import annotations
 
+import pytest
+
 import statebound as sb
 
 from .helpers import CallLog, make_store
@@ -111,3 +113,26 @@ def test_invoked_child_and_delete(mock_client, table):
     assert host.get("p").datamodel["got"] == ["hello"]
     host.delete("p")
     assert not host.exists("p") and host.store.load("p").status == "deleted" and host.pending_timers("p") == []
+
+
+def test_a_child_whose_id_the_table_cannot_key_is_an_error_for_the_parent(mock_client, table):
+    """``parent::invokeid`` can pass the table's 1,000-byte key limit when the parent's id
+    did not: the commit refused it and the parent's event failed on every retry (on SQLite
+    the same chart ran). The parent gets ``error.execution`` instead, as for any invoke
+    that cannot start."""
+    import statebound as sb
+    chart = sb.Chart.from_scxml("""<scxml xmlns="http://www.w3.org/2005/07/scxml" version="1.0" datamodel="python"
+      name="p" initial="idle"><state id="idle"><transition event="go" target="busy"/></state>
+      <state id="busy"><invoke id="worker" type="scxml"><content><scxml xmlns="http://www.w3.org/2005/07/scxml"
+      version="1.0" name="child" initial="w"><state id="w"/></scxml></content></invoke>
+      <transition event="error.execution" target="failed"/></state><state id="failed"/></scxml>""")
+    host = sb.Host([chart], store=make_store(mock_client, table))
+    parent = "ж" * 498                 # 996 bytes: the table keys it; its child's id it cannot
+    host.start("p", parent)
+    assert host.send(parent, "go").configuration == {"failed"}
+    assert host.get(parent).configuration == {"failed"}
+    with pytest.raises(sb.InvalidInstanceId):            # no such child could ever be stored
+        host.exists(f"{parent}::worker")
+    short = "p-1"
+    host.start("p", short)
+    assert host.send(short, "go").configuration == {"busy"} and host.exists("p-1::worker")

@@ -171,6 +171,9 @@ class DynamoStore:
         self.table_name = table_name
         self.client = client if client is not None else _table.default_client()
         self.shards = shards
+        #: the longest instance id (UTF-8 bytes) this store keys; the host checks an invoked
+        #: child's id (``parent::invokeid``) against it before it starts the child
+        self.max_instance_id_bytes = MAX_INSTANCE_ID_BYTES
         #: see the ``owned_shards`` parameter; may be reassigned at any time
         self.owned_shards = owned_shards
         self.keep_done = keep_done

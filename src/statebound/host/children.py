@@ -26,7 +26,7 @@ from ..interpreter import Position
 from ..interpreter.state import RUNNING
 from . import tombstone
 from .routing import child_instance_id, stamp
-from .store import DELETED
+from .store import DELETED, check_instance_id
 from .runner import fetch, load
 from .unit import Entry, Unit
 
@@ -104,13 +104,15 @@ def invoke(h: Host, u: Unit, iid: str, pos: Position, eff: Invoke, ctx: Any) -> 
             chart = compile_src_child(pos.chart, src, f"{pos.chart.name}/{eff.state}.src:{src}")
         if chart is None:
             raise ChartError("the <invoke> names no chart")
+        # a parent id the store keys may be too long once ``::invokeid`` is added: refused by
+        # the commit, it failed the parent's whole call on every retry
+        cid = check_instance_id(child_instance_id(iid, eff.invokeid), getattr(h.store, "max_instance_id_bytes", None))
     except StateboundError as exc:
         u.queue.append((iid, Event("error.execution", {"message": f"invoke {eff.invokeid!r}: {exc}"},
                                    "platform"), ctx))
         return
     if h._revisions.get(chart.name, {}).get(chart.identity) is None:
         h.register(chart)
-    cid = child_instance_id(iid, eff.invokeid)
     try:
         start_instance(h, u, cid, chart, eff.data, iid, eff.invokeid, ctx)
     except (BudgetExceeded, SerializationError) as exc:

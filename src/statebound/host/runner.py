@@ -20,7 +20,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from ..datamodel.budget import Budget
-from ..exceptions import ChartIdentityMismatch, ConflictError, InstanceExists
+from ..exceptions import ChartIdentityMismatch, ConflictError, InstanceExists, InvalidInstanceId
 from ..interpreter import Position
 from . import history as history_mod
 from .routing import offer, restamp
@@ -240,7 +240,14 @@ def fetch(h: Host, u: Unit, instance_id: str) -> PositionRecord | None:
     cache = u.cache
     if cache is not None and instance_id in cache:
         return cache[instance_id]
-    return h.store.load(instance_id)
+    try:
+        return h.store.load(instance_id)
+    except InvalidInstanceId:
+        # an invoked child's id (parent::invokeid) past the store's key limit: the host
+        # never starts such a child (children.invoke), so it does not exist
+        if "::" in instance_id:
+            return None
+        raise
 
 
 def result(u: Unit, instance_id: str) -> Position:
