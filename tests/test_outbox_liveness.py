@@ -534,3 +534,26 @@ def test_a_dead_invoke_row_whose_chart_was_told_is_still_refused(store):
     [dead] = host.dead_timers()
     with pytest.raises(sb.InvalidArgument, match=r"ended with error\.execution"):
         host.retry_timer("o1", dead.ordinal)
+
+
+CANCELLER = f"""<scxml {NS} name="cx" initial="Charging">
+  <state id="Charging">
+    <invoke type="payment" id="charge" src="stripe:charges"/>
+    <transition event="Forget"><cancel sendid="sb.invoke.charge"/></transition>
+    <transition event="done.invoke.charge" target="Paid"/>
+  </state>
+  <state id="Paid"/>
+</scxml>"""
+
+
+def test_a_charts_cancel_of_the_invocations_send_id_leaves_the_invocation_alone(store):
+    # the chart's <cancel> dropped the host's ref and purged the invoke row: the answer
+    # that came later was discarded, and no cancel hook had run either
+    gw = Gateway(answer="later")
+    host = sb.Host([sb.Chart.from_scxml(CANCELLER)], store=store, clock=sb.ManualClock(T0),
+                   invokers={"payment": gw})
+    host.start("cx", "o1")
+    host.send("o1", "Forget")
+    assert [(r.kind, r.state) for r in host.pending_timers("o1")] == [("invoke", "waiting")]
+    assert host.complete_invoke("o1", "charge", {"charge": "ch_1"}).outcome == "fired"
+    assert host.get("o1").configuration == {"Paid"} and gw.cancelled == []

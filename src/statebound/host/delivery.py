@@ -23,7 +23,7 @@ from . import history as history_mod
 from .children import delete_instance, invoke
 from .routing import child_instance_id, route, to_invoked
 from .runner import load
-from .store import PENDING, SUSPENDED, TimerRef, TimerRow
+from .store import INVOKE, PENDING, SUSPENDED, TimerRef, TimerRow
 from .unit import Entry, Unit
 
 if TYPE_CHECKING:
@@ -143,7 +143,10 @@ def apply(h: Host, u: Unit, iid: str, effects: tuple[Any, ...], ctx: Any) -> Non
         elif t is Cancel:
             keep = []
             for ref in e.refs:
-                if ref.send_id == eff.send_id:
+                # a handler invocation's ref (marked, outbox.py) is the host's: a chart's
+                # <cancel sendid="sb.invoke.x"> dropped it and purged the row, so the
+                # invocation ended with no cancel hook and its answer was discarded
+                if ref.send_id == eff.send_id and ref.name != INVOKE:
                     key = (iid, ref.ordinal)
                     if u.puts.pop(key, None) is None:
                         u.deletes.append(key)
