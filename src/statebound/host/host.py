@@ -194,9 +194,6 @@ class Host:
             self._tracing = Tracing(tracer)
         self._outbox = Outbox(self)
         self._group = GroupCommit(self)
-        #: bumped whenever this host deletes or suspends an instance: rows a commit handed
-        #: over for delivery may have been purged or parked since (``Outbox.after_commit``)
-        self._purged = 0
         self._charts: dict[str, Chart] = {}
         self._revisions: dict[str, dict[str, Chart]] = {}
         self._interpreters: dict[str, Interpreter] = {}   # by chart identity
@@ -536,7 +533,6 @@ class Host:
             found = True
             delete_instance(self, u, instance_id)
         runner.run(self, unit)
-        self._purged += 1
 
     def migrate(self, instance_id: str, chart: Chart | str, *, mapping: Mapping[str, str] | None = None,
                 dry_run: bool = False) -> MigrationResult:
@@ -601,7 +597,6 @@ class Host:
                     u.puts[row.key] = replace(row, state=SUSPENDED, claimed_by=None, claim_expires_ms=None)
                     u.expect[row.key] = (PENDING, CLAIMED)   # not one a sweeper completed meanwhile
         runner.run(self, unit)
-        self._purged += 1
 
     def resume(self, instance_id: str) -> None:
         """Resume a suspended instance: it takes events again, and its parked rows are

@@ -160,7 +160,6 @@ def build_commit(h: Host, u: Unit, completion: TimerCompletion | None) -> Commit
                 # version and ordinal (tombstone.py)
                 last = e.position.ordinal if e.position is not None else 0
                 writes.append(PositionWrite(iid, e.chart_name, rec.version, tombstone.blob(last), DELETED))
-                h._purged += 1
             continue
         if not e.dirty:
             if e.decoded and e.record is not None:   # kept now, not at the load: most loads are rewritten
