@@ -907,3 +907,115 @@ class StoreContract:
         assert out[0] is None and isinstance(out[1], ConflictError)
         assert [(r.instance_id, r.version, r.kind) for r in store.history("a")] == [("a", 1, "start")]
         assert store.history("b") == []
+
+    # ------------------------------------------------------------------ claims by key (optional)
+    # claim_rows: what a sweeper claims the outbox rows a wake-up names with, so that two
+    # sweepers given one wake-up do not both call the outside world (ADR 0022).
+
+    #: the backend offers ``claim_rows`` (:class:`~statebound.host.store.RowClaimStore`); a
+    #: third-party store without it turns this off, and the sweeper fires its woken outbox
+    #: rows unclaimed (at least once)
+    has_claim_rows = True
+
+    def _needs_claim_rows(self, store):
+        if not self.has_claim_rows:
+            pytest.skip("backend has no claim_rows")
+
+    def test_is_a_row_claim_store(self, store):
+        self._needs_claim_rows(store)
+        from statebound.host.store import RowClaimStore
+        assert isinstance(store, RowClaimStore)
+
+    def test_claim_rows_claims_pending_ready_rows_by_key_and_stores_the_claim(self, store):
+        self._needs_claim_rows(store)
+        send = timer("a", 1, 10, kind=SEND, caller_context={"k": "v"})
+        put(store, send, timer("b", 2, 50), timer("c", 3, 10, kind=INVOKE))
+        got = store.claim_rows([("b", 2), ("a", 1), ("b", 2)], 50, "n1", 500)
+        assert keys(got) == [("b", 2), ("a", 1)]                      # in the order asked, once each
+        for row in got:
+            assert (row.state, row.claimed_by, row.claim_expires_ms) == (CLAIMED, "n1", 550)
+            assert store.get_timer(row.key) == row                      # what every reader sees
+        assert (got[1].event, got[1].kind, got[1].caller_context) == (send.event, SEND, {"k": "v"})
+        assert store.get_timer(("c", 3)).state == PENDING              # not named: not claimed
+        assert store.claim_rows([], 50, "n1", 500) == []
+
+    def test_claim_rows_refuses_a_live_claim_of_another_node_and_takes_a_lapsed_one(self, store):
+        self._needs_claim_rows(store)
+        put(store, timer("a", 1, 10, kind=SEND))
+        [first] = store.claim_rows([("a", 1)], 10, "n1", 100)
+        assert store.claim_rows([("a", 1)], 109, "n2", 100) == []
+        assert store.get_timer(("a", 1)) == first                      # untouched by the refusal
+        [renewed] = store.claim_rows([("a", 1)], 50, "n1", 100)        # its own claim: renewed
+        assert (renewed.claimed_by, renewed.claim_expires_ms) == ("n1", 150)
+        assert store.claim_rows([("a", 1)], 149, "n2", 100) == []
+        [taken] = store.claim_rows([("a", 1)], 150, "n2", 100)         # n1's lease ran out at 150
+        assert (taken.state, taken.claimed_by, taken.claim_expires_ms) == (CLAIMED, "n2", 250)
+        with pytest.raises(ConflictError):                              # n1 may no longer finish it
+            store.commit(Commit(complete=TimerCompletion(("a", 1), "delivered", node_id="n1")))
+        store.commit(Commit(complete=TimerCompletion(("a", 1), "delivered", node_id="n2")))
+        assert store.get_timer(("a", 1)).state == DONE
+
+    @pytest.mark.parametrize("kind", [SEND, TIMER])
+    def test_claim_rows_refuses_a_row_claim_due_handed_to_another_node(self, store, kind):
+        self._needs_claim_rows(store)
+        put(store, timer("a", 1, 10, kind=kind))
+        assert keys(store.claim_due(10, 10, "n1", 100)) == [("a", 1)]
+        assert store.claim_rows([("a", 1)], 50, "n2", 100) == []
+        [taken] = store.claim_rows([("a", 1)], 110, "n2", 100)
+        assert taken.claimed_by == "n2"
+
+    def test_claim_due_skips_a_row_claimed_by_key_until_its_lease_lapses(self, store):
+        self._needs_claim_rows(store)
+        put(store, timer("a", 1, 10, kind=SEND), timer("b", 1, 10, kind=SEND))
+        store.claim_rows([("a", 1)], 10, "n1", 500)
+        assert keys(store.claim_due(100, 10, "n2", 1_000)) == [("b", 1)]
+        assert store.next_due() == 510                                 # a's lease; b's lapses at 1,100
+        assert store.claim_due(509, 10, "n2", 100) == []
+        assert keys(store.claim_due(510, 10, "n2", 100)) == [("a", 1)]
+        assert store.get_timer(("a", 1)).claimed_by == "n2"
+
+    def test_claim_rows_leaves_out_rows_not_ready_finished_parked_or_missing(self, store):
+        self._needs_claim_rows(store)
+        put(store, timer("a", 1, 100, kind=SEND),                             # not due yet
+            timer("a", 2, 10, kind=SEND, next_attempt_at_ms=100),             # backing off
+            timer("a", 3, 10, kind=SEND), timer("a", 4, 10, kind=SEND), timer("a", 5, 10, kind=INVOKE),
+            timer("a", 6, 10, kind=SEND, state=SUSPENDED))
+        store.commit(Commit(complete=TimerCompletion(("a", 3), "delivered")))
+        store.commit(Commit(complete=TimerCompletion(("a", 4), None, state=DEAD, error="gave up")))
+        store.commit(Commit(complete=TimerCompletion(("a", 5), None, state=WAITING)))
+        named = [("a", o) for o in range(1, 8)]                              # ("a", 7) was never written
+        before = {key: store.get_timer(key) for key in named}
+        assert store.claim_rows(named, 50, "n1", 500) == []
+        assert {key: store.get_timer(key) for key in named} == before
+        assert keys(store.claim_rows(named, 100, "n1", 500)) == [("a", 1), ("a", 2)]   # ready now
+
+    def test_claim_rows_refuses_bad_arguments_before_claiming(self, store):
+        self._needs_claim_rows(store)
+        put(store, timer("a", 1, 10, kind=SEND))
+        with pytest.raises(InvalidInstanceId):
+            store.claim_rows([("a", 1), ("", 1)], 50, "n1", 500)
+        with pytest.raises(InvalidArgument):
+            store.claim_rows([("a", 1)], "50", "n1", 500)
+        assert store.get_timer(("a", 1)).state == PENDING
+
+    def test_claim_rows_racing_callers_one_gets_each_row(self, store):
+        self._needs_claim_rows(store)
+        import threading
+        rows = [timer(f"r{i}", 1, 10, kind=SEND) for i in range(5)]
+        put(store, *rows)
+        for row in rows:
+            start = threading.Barrier(6, timeout=30)
+            won: list[tuple[str, list]] = []
+
+            def claim(node, key=row.key, start=start, won=won):
+                start.wait()
+                won.append((node, store.claim_rows([key], 50, node, 60_000)))
+            threads = [threading.Thread(target=claim, args=(f"n{i}",), daemon=True) for i in range(6)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join(30)
+            assert not any(t.is_alive() for t in threads) and len(won) == 6
+            winners = [node for node, got in won if got]
+            assert len(winners) == 1
+            assert store.get_timer(row.key).claimed_by == winners[0]

@@ -26,11 +26,22 @@ a write may miss the new row. A row this store wrote less than :data:`GSI_LAG_S`
 a read did not return holds the shard's hint at its ready time, so the shard is read again
 then rather than at the next fallback.
 
-**Soft claims.** ``claim_due`` writes nothing to DynamoDB: the commit that completes a
-row is what makes it fire once (its completion condition refuses a second commit). Within
-one store object claims are still exclusive, kept in memory until ``claim_expires_ms``, so
-threads of one sweeper never fire a row twice. Other processes see a soft-claimed row as
-``pending``.
+**Soft claims.** ``claim_due`` writes no claim of a timer row to DynamoDB: the commit that
+completes a row is what makes it fire once (its completion condition refuses a second
+commit). Within one store object claims are still exclusive, kept in memory until
+``claim_expires_ms``, so threads of one sweeper never fire a row twice. Other processes see
+a soft-claimed timer row as ``pending``.
+
+**Stored claims.** An outbox row (send, invoke, cancel) is handed to the outside world
+before its completion, so a completion condition cannot keep two processes from both
+calling out. Its claim is written: ``claim_due`` and ``claim_rows`` (a wake-up's rows)
+set ``state = claimed``, ``claimed_by`` and ``claim_expires_ms`` with one conditional
+``UpdateItem`` per outbox row, which only one process can win while the claim lives. The
+row keeps its due-index attributes, so a claim whose holder died is found by the next
+read of its shard once it lapses; until then the shard reads skip it, and take its expiry
+as the shard's hint. The fire reads the row again before calling out (``host/outbox.py``)
+and finds it claimed by another node if it lost, and the completion condition
+(``row_pending_or_mine``) refuses another node's stored claim.
 """
 
 from __future__ import annotations
@@ -44,7 +55,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from ..exceptions import ConflictError, StoreError, StoreUnavailable
-from ..host.store import CLAIMED, DEAD, DONE, PENDING, SUSPENDED, Commit, TimerCompletion, TimerKey, TimerRow
+from ..host.store import CLAIMED, DEAD, DONE, PENDING, SUSPENDED, TIMER, Commit, TimerCompletion, TimerKey, TimerRow
 from . import _codec as codec
 from ._codec import N, S
 from ._migrate import layout_key, legacy_rows_left, mark_layout
@@ -89,6 +100,13 @@ _FIRST_PAGE = 2
 # Named clauses of the conditions used here.
 row_is_dead = "#state = :dead"
 row_unchanged = "#state = :seen_state AND #attempts = :seen_attempts"
+# A stored claim may be taken from a row that is pending and ready (its due time and any
+# backoff past), or claimed with a lease that has run out (or by the same node: a retried
+# request whose first attempt landed must not lose its own claim).
+row_ready = "#state = :pending AND #due <= :now AND (attribute_not_exists(#next) OR #next <= :now)"
+claim_lapsed_or_mine = ("#state = :claimed AND (attribute_not_exists(#claim_expires) OR #claim_expires <= :now "
+                        "OR #claimed_by = :node)")
+row_claimable = f"attribute_exists(#pk) AND (({row_ready}) OR ({claim_lapsed_or_mine}))"
 
 
 @dataclass(slots=True)
@@ -247,6 +265,7 @@ class Sweep:
         hint = NEVER
         hint_key: TimerKey | None = None
         seen: set[TimerKey] = set()
+        held, held_key = NEVER, None   # the earliest lapse of a live stored claim passed over
         started = time.monotonic()
         for item in self._shard_items(shard, want + 1 + _SLACK):
             try:
@@ -262,12 +281,22 @@ class Sweep:
             if now_ms is not None and row.ready_at_ms > now_ms:
                 hint, hint_key = row.ready_at_ms, row.key
                 break
+            if row.state == CLAIMED:
+                # an outbox row some process is firing under a stored claim: not due before it
+                # lapses (a claim without a lease counts as lapsed, as in MemoryStore)
+                lapse = row.claim_expires_ms or 0
+                if now_ms is None or lapse > now_ms:
+                    if lapse < held:
+                        held, held_key = lapse, row.key
+                    continue
             if self.hidden(row.key, now_ms):
                 continue
             if now_ms is None or len(due) >= want:
                 hint, hint_key = row.ready_at_ms, row.key   # a peek, or more ready than wanted
                 break
             due.append(row)
+        if held < hint:
+            hint, hint_key = held, held_key
         with self.lock:
             for key, (s, ready, written) in self._recent.items():
                 if s == shard and key not in seen and started - written < GSI_LAG_S and ready <= hint:
@@ -376,7 +405,94 @@ class Sweep:
                 out.append(replace(row, state=CLAIMED, claimed_by=node_id, claim_expires_ms=expires))
             while len(self._claims) > MAX_CLAIMS:
                 self._claims.popitem(last=False)
+        if any(row.kind != TIMER for row in out):
+            out = self._store_claims(out, now_ms, node_id, expires)
         return out
+
+    def _store_claims(self, rows: list[TimerRow], now_ms: int, node_id: str, expires: int) -> list[TimerRow]:
+        """``rows``, soft-claimed, with the claims of their outbox rows written (see the
+        module doc); an outbox row whose claim another process holds, or that is gone or
+        done (the index lags), is left out and its soft claim dropped."""
+        out: list[TimerRow] = []
+        for row in rows:
+            if row.kind == TIMER:
+                out.append(row)
+                continue
+            try:
+                stored = self._claim_item(row.key, now_ms, node_id, expires)
+            except BaseException:
+                # the sweep gets none of its rows: give their soft claims back (a claim
+                # already written lapses with its lease)
+                for left in rows:
+                    self._unclaim(left.key, node_id, expires)
+                raise
+            if stored is None:
+                self._unclaim(row.key, node_id, expires)
+            else:
+                out.append(stored)
+        return out
+
+    def claim_rows(self, keys: Sequence[TimerKey], now_ms: int, node_id: str, lease_ms: int) -> list[TimerRow]:
+        """Claim the named rows with a stored claim each (see :meth:`DynamoStore.claim_rows`)."""
+        expires = now_ms + lease_ms
+        out: list[TimerRow] = []
+        for key in dict.fromkeys(keys):
+            with self.lock:
+                before = self._claims.get(key)
+                if before is not None and before.node_id != node_id and before.expires_ms > now_ms:
+                    continue   # a thread of this process holds it for another sweeper: no request
+                self._claims[key] = _Claim(node_id, expires, self.store.shard_of(key))
+                self._claims.move_to_end(key)
+            try:
+                row = self._claim_item(key, now_ms, node_id, expires)
+            except BaseException:
+                self._unclaim(key, node_id, expires, before)
+                raise
+            if row is None:
+                self._unclaim(key, node_id, expires, before)
+            else:
+                out.append(row)
+        with self.lock:
+            while len(self._claims) > MAX_CLAIMS:
+                self._claims.popitem(last=False)
+        return out
+
+    def _unclaim(self, key: TimerKey, node_id: str, expires: int, before: _Claim | None = None) -> None:
+        """Drop this call's soft claim of ``key`` (putting back ``before``), unless another
+        thread has claimed the row since."""
+        with self.lock:
+            claim = self._claims.get(key)
+            if claim is not None and claim.node_id == node_id and claim.expires_ms == expires:
+                if before is None:
+                    del self._claims[key]
+                else:
+                    self._claims[key] = before
+
+    def _claim_item(self, key: TimerKey, now_ms: int, node_id: str, expires: int) -> TimerRow | None:
+        """One conditional ``UpdateItem`` writing ``node_id``'s claim on the row, if it is
+        claimable (``row_claimable``); the row as stored after it, or ``None``."""
+        store = self.store
+        try:
+            response = store._call(
+                "update_item", TableName=store.table_name, Key=store._timer_key(key),
+                UpdateExpression="SET #state = :claimed, #claimed_by = :node, #claim_expires = :expires",
+                ConditionExpression=row_claimable,
+                ExpressionAttributeNames={"#pk": "pk", "#state": "state", "#due": "due_at_ms",
+                                          "#next": "next_attempt_at_ms", "#claimed_by": "claimed_by",
+                                          "#claim_expires": "claim_expires_ms"},
+                ExpressionAttributeValues={":pending": S(PENDING), ":claimed": S(CLAIMED), ":now": N(now_ms),
+                                           ":node": S(node_id), ":expires": N(expires)},
+                ReturnValues="ALL_NEW")
+        except ConflictError:
+            return None
+        item = response.get("Attributes") or {}
+        try:
+            return codec.row_from_item(item)
+        except StoreUnavailable:
+            raise
+        except StoreError as exc:
+            self._park_unreadable(item, store.shard_of(key), str(exc))
+            return None
 
     def next_due(self) -> int | None:
         """The earliest hint among the owned shards, or a soft claim's expiry if sooner;

@@ -23,8 +23,12 @@ Costs per operation (one "call" is one HTTP request; botocore's own retries asid
   instance                    ``TransactWriteItems`` (or 1 ``DeleteItem`` if none)
 ``claim_due``               1 ``Query`` per shard that is due by its hint, new to this
                             store object, or past ``fallback_ms`` since its last read;
-                            **no write**: the claim is the commit's completion condition.
-                            Idle with fresh hints: nothing at all
+                            **no write** for a timer row: the claim is the commit's
+                            completion condition; 1 conditional ``UpdateItem`` per outbox
+                            row (its stored claim, ``_sweep.py``). Idle with fresh hints:
+                            nothing at all
+``claim_rows``              1 conditional ``UpdateItem`` per row (the sweeper calls it for
+                            the outbox rows a wake-up names)
 ``next_due``                nothing, once every owned shard has been read
 ``load_many``               1 ``BatchGetItem`` per 100 ids (more for unprocessed keys)
 ``commit_many``             each commit as ``commit``, ``batch_workers`` in parallel
@@ -39,12 +43,14 @@ Costs per operation (one "call" is one HTTP request; botocore's own retries asid
 ``purge_done``
 ==========================  ==========================================================
 
-**Claims.** ``claim_due`` writes nothing to DynamoDB. Exactly-once firing comes from the
-commit: the fired row is completed in the same transaction as the position, on the
-condition that the row still exists and is not done, so of two sweepers that fire the
-same row one commits and the other gets :class:`~statebound.ConflictError` with nothing
+**Claims.** ``claim_due`` writes no claim of a timer row to DynamoDB. Exactly-once firing
+comes from the commit: the fired row is completed in the same transaction as the position,
+on the condition that the row still exists and is not done, so of two sweepers that fire
+the same row one commits and the other gets :class:`~statebound.ConflictError` with nothing
 written. Within one store object claims are exclusive ("soft claims", ``_sweep.py``), and
-shard leases (``leases.py``) keep two processes off the same shards most of the time.
+shard leases (``leases.py``) keep two processes off the same shards most of the time. An
+outbox row calls the outside world before its completion, so its claim is written, by
+``claim_due`` and by ``claim_rows`` alike (``_sweep.py``: stored claims).
 
 **Idempotent commits.** A transaction carries a ``ClientRequestToken``, and every
 position item records the ``commit_token`` of the commit that wrote it. When a retried
@@ -594,12 +600,25 @@ class DynamoStore:
 
         Reads only the shards (of :attr:`owned_shards`) that are due by their hint, new to
         this store object, or past ``fallback_ms`` (``_sweep.py``), one ``Query`` each, and
-        writes no claim to DynamoDB: the commit that completes a row is what guarantees it
-        fires once. The index is eventually consistent, so a row may show up just after
-        another process fired it; its commit then fails with ``ConflictError``.
+        writes no claim of a timer row to DynamoDB: the commit that completes a row is what
+        guarantees it fires once. The index is eventually consistent, so a row may show up
+        just after another process fired it; its commit then fails with ``ConflictError``.
+        An outbox row's claim is written (one conditional ``UpdateItem``), since it calls
+        out before its commit; one another process holds is left out.
         """
         check_ints(now_ms=now_ms, limit=limit, lease_ms=lease_ms)
         return self._sweep.claim_due(now_ms, limit, node_id, lease_ms)
+
+    def claim_rows(self, keys: Sequence[TimerKey], now_ms: int, node_id: str, lease_ms: int) -> list[TimerRow]:
+        """Claim the named rows for ``node_id`` (see
+        :meth:`~statebound.host.store.RowClaimStore.claim_rows`): one conditional ``UpdateItem``
+        per row, which writes ``state = claimed``, ``claimed_by`` and ``claim_expires_ms`` and
+        leaves the row in the due index, so a claim whose holder died is found when it lapses.
+        Unlike ``claim_due``'s soft claims, every process sees it."""
+        check_ints(now_ms=now_ms, lease_ms=lease_ms)
+        for key in keys:
+            codec.check_id(key[0])
+        return self._sweep.claim_rows(keys, now_ms, node_id, lease_ms)
 
     def release(self, key: TimerKey, node_id: str, *, error: str, next_attempt_at_ms: int | None,
                 dead: bool, attempt: bool = True) -> None:

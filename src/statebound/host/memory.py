@@ -173,6 +173,24 @@ class MemoryStore:
                 out.append(claimed)
             return out
 
+    def claim_rows(self, keys: Sequence[TimerKey], now_ms: int, node_id: str, lease_ms: int) -> list[TimerRow]:
+        """Claim the named rows that are ready, lapsed or already ``node_id``'s (see
+        :meth:`~statebound.host.store.RowClaimStore.claim_rows`)."""
+        check_ints(now_ms=now_ms, lease_ms=lease_ms)
+        for key in keys:
+            check_instance_id(key[0])
+        out = []
+        with self._lock:
+            for key in dict.fromkeys(keys):
+                row = self._timers.get(key)
+                if row is None or not (self._ready(row, now_ms) or (
+                        row.state == CLAIMED and row.claimed_by == node_id)):
+                    continue
+                claimed = replace(row, state=CLAIMED, claimed_by=node_id, claim_expires_ms=now_ms + lease_ms)
+                self._timers[key] = claimed
+                out.append(claimed)
+        return out
+
     def release(self, key: TimerKey, node_id: str, *, error: str, next_attempt_at_ms: int | None,
                 dead: bool, attempt: bool = True) -> None:
         """Return a claimed row after a failure (attempts counted, backoff or dead); a row

@@ -172,6 +172,15 @@ _SQL_CLAIM_BOTH = f"""
         ORDER BY 2, 3, 4 LIMIT ?))"""
 
 
+# claim_rows: one named row, if it is claimable by the given node (pending and ready, a
+# lapsed claim, or that node's own claim); the trailing 0 fills _claimed_timers' "lapsed".
+_SQL_CLAIM_KEY = f"""
+    SELECT {_CLAIM_COLS}, 0 FROM timers
+     WHERE instance_id = ? AND ordinal = ?
+       AND ((state = '{PENDING}' AND ready_at_ms <= ?)
+            OR (state = '{CLAIMED}' AND (ifnull(claim_expires_ms, 0) <= ? OR claimed_by = ?)))"""
+
+
 def _claim_order(row: Sequence[Any]) -> tuple[int, str, int]:
     """A claim row's place in ``ORDER BY ready_at_ms, instance_id, ordinal`` (the key is
     unique, and Python orders str as SQLite's BINARY collation orders their UTF-8)."""
@@ -1089,6 +1098,39 @@ class SQLiteStore:
             # the claim's own transaction, it stops being claimed (and failing) again, and
             # the operator finds it, with the reason, in dead_timers. Before, it failed every
             # claim it was in, so every sweeper died on it and its batch's rows waited.
+            for rowid, _key, why in unreadable:
+                self._execute(_SQL_PARK_UNREADABLE, (f"the stored row cannot be read: {why}", rowid))
+        for _rowid, key, why in unreadable:
+            log.error("timer row %s cannot be read; parked as dead: %s", key, why)
+        return claimed
+
+    def claim_rows(self, keys: Sequence[TimerKey], now_ms: int, node_id: str, lease_ms: int) -> list[TimerRow]:
+        """Claim the named rows that are ready, lapsed or already ``node_id``'s (see
+        :meth:`~statebound.host.store.RowClaimStore.claim_rows`), in one write transaction.
+
+        Like ``claim_due``'s, the claim commits without its own fsync (ADR 0025), and a row
+        that cannot be read is parked dead in it (ADR 0027)."""
+        check_ints(now_ms=now_ms, lease_ms=lease_ms)
+        for key in keys:
+            check_instance_id(key[0])
+        wanted = list(dict.fromkeys(keys))
+        if not wanted:
+            return []
+        expires = now_ms + lease_ms
+        with self._write(lease_only=True):
+            rows = []
+            for iid, ordinal in wanted:
+                found = self._execute(_SQL_CLAIM_KEY, (iid, ordinal, now_ms, now_ms, node_id)).fetchone()
+                if found is not None:
+                    rows.append(found)
+            rowids = [r[0] for r in rows]
+            for i in range(0, len(rowids), _IN_CHUNK):
+                chunk = rowids[i:i + _IN_CHUNK]
+                self._execute(
+                    f"UPDATE timers SET state = '{CLAIMED}', claimed_by = ?, "
+                    f"claim_expires_ms = ? WHERE rowid IN ({', '.join('?' * len(chunk))})",
+                    (node_id, expires, *chunk))
+            claimed, unreadable = _claimed_timers(rows, node_id, expires)
             for rowid, _key, why in unreadable:
                 self._execute(_SQL_PARK_UNREADABLE, (f"the stored row cannot be read: {why}", rowid))
         for _rowid, key, why in unreadable:

@@ -32,6 +32,14 @@ If it raises instead, nothing at all was written. The host hands it commits that
 disjoint instances only, and falls back to one :meth:`Store.commit` per host call for a
 store without it, so every existing store keeps working unchanged.
 
+**Claims by key** (optional, :class:`RowClaimStore`): a backend may also offer
+``claim_rows(keys, now_ms, node_id, lease_ms)``, which claims named rows as ``claim_due``
+claims due ones. A wake-up names its rows by key (``host/wakeup.py``), and an outbox row
+is handed to the outside world before its conditional completion, so the sweeper claims
+the woken outbox rows with it before firing them: of two sweepers given one wake-up, one
+calls out. A store without it keeps working; a duplicated wake-up of an outbox row is then
+delivered at least once (ADR 0022).
+
 Backends live one per file: ``host/memory.py``, ``host/sqlite.py``, ``dynamodb/store.py``.
 Each must raise only :mod:`statebound.exceptions` errors (translate driver errors at the
 boundary), so the host never imports a driver.
@@ -57,7 +65,7 @@ from ..exceptions import InvalidArgument, InvalidInstanceId, SerializationError,
 __all__ = [
     "TimerRef", "KeyRecord", "PositionRecord", "TimerRow", "TimerKey", "PositionWrite", "HistoryRecord",
     "pack_history", "unpack_history",
-    "TimerCompletion", "Commit", "Store", "BatchStore", "pack_field", "unpack_field", "check_instance_id",
+    "TimerCompletion", "Commit", "Store", "BatchStore", "RowClaimStore", "pack_field", "unpack_field", "check_instance_id",
     "commit_instance_ids", "make_timer_row", "purges", "live", "check_ints", "check_text", "check_field",
     "DELETED", "PENDING", "CLAIMED", "WAITING", "DEAD", "DONE", "SUSPENDED", "TIMER", "SEND", "INVOKE", "CANCEL", "ROW_KINDS",
 ]
@@ -586,6 +594,34 @@ class BatchStore(Store, Protocol):
         ``SerializationError``...), with nothing of it written. Raises only when nothing
         at all was written (the whole batch failed, e.g. ``StoreUnavailable``).
         The commits must touch disjoint instances (:func:`commit_instance_ids`).
+        """
+        ...
+
+
+@runtime_checkable
+class RowClaimStore(Store, Protocol):
+    """A :class:`Store` that can also claim rows named by key (see the module docstring).
+    The sweeper uses it for woken outbox rows when it is there."""
+
+    def claim_rows(self, keys: Sequence[TimerKey], now_ms: int, node_id: str, lease_ms: int) -> list[TimerRow]:
+        """Claim each of the rows ``keys`` names for ``node_id`` until ``now_ms + lease_ms``,
+        atomically per row, and return the rows claimed, in the order of ``keys``.
+
+        A row is claimed when it is ``pending`` and ready (``ready_at_ms <= now_ms``),
+        ``claimed`` with a lease that has run out (``claim_expires_ms <= now_ms``), or
+        already claimed by ``node_id`` (its lease is renewed). Each returned row is as
+        stored after the claim: ``claimed``, ``claimed_by`` ``node_id``, ``claim_expires_ms``
+        set. Rows that are gone, not ready, done, dead, waiting, suspended or held by
+        another node's live claim are left out, and so is a row a damaged store cannot read
+        (parked dead, as ``claim_due`` parks it: ADR 0027). Of two callers racing for one
+        row, with different node ids, one gets it.
+
+        Unlike ``claim_due`` this claim must be written where every process sees it, also on
+        a backend whose ``claim_due`` may skip the write (DynamoDB): its point is to keep
+        another process from calling out for the same row.
+
+        :raises InvalidArgument: ``now_ms`` or ``lease_ms`` not an integer.
+        :raises InvalidInstanceId: a key's instance id the backend cannot key (nothing claimed).
         """
         ...
 

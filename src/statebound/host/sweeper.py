@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING
 from ..exceptions import InvalidArgument, StoreUnavailable
 from .host import FireResult, Host
 from .runner import wake
-from .store import CLAIMED, PENDING, TimerKey, TimerRow
+from .store import CLAIMED, PENDING, TIMER, TimerKey, TimerRow
 from .wakeup import WakeupRequest, WakeupSource, wakeups_for
 
 if TYPE_CHECKING:
@@ -231,6 +231,9 @@ class Sweeper:
             stopped = _stopper(stop)
             rows, empty, unread = self._woken_rows(list(requests), stopped)
             results, unfired = self._fire_until(rows, stopped)
+            # claimed and not fired: given back at once, so that the wake-up's redelivery,
+            # to whichever sweeper, finds them claimable instead of waiting out the lease
+            self._unclaim(_claimed_outbox(unfired, self.node_id))
             unreached = (*unread, *(r.key for r in unfired))
             report = _report(results, empty, more=bool(unreached), unreached=unreached)
         self.metrics.add(report)
@@ -247,6 +250,7 @@ class Sweeper:
             if due:
                 woken, empty, unread = self._woken_rows(due, stopped)
                 fired, unfired = self._fire_until(woken, stopped)
+                self._unclaim(_claimed_outbox(unfired, self.node_id))
                 results += fired
                 if unread or unfired:
                     # taken from the source and not fired: give them back, or they would
@@ -295,7 +299,14 @@ class Sweeper:
         keys not read because ``stopped`` said so."""
         now = self.host.clock.now_ms()
         store = self.host.store
+        # An outbox row calls out before its conditional completion, so a woken one is
+        # claimed first, or two sweepers given one wake-up (SQS redelivers), or a wake-up
+        # and a claim_due, could both hand it over. A timer needs no claim: its fire commits
+        # conditionally before anything leaves the process. A store without claim_rows
+        # fires woken outbox rows unclaimed, at least once (ADR 0022).
+        claim_rows = getattr(store, "claim_rows", None)
         rows: list[TimerRow] = []
+        outbox: list[TimerKey] = []
         later: list[tuple[TimerKey, int]] = []
         unread: list[TimerKey] = []
         empty = 0
@@ -311,8 +322,13 @@ class Sweeper:
                 continue     # another sweeper is firing it
             elif row.ready_at_ms > now:
                 later.append((key, row.ready_at_ms))
+            elif row.kind != TIMER and claim_rows is not None:
+                outbox.append(key)
             else:
                 rows.append(row)
+        if outbox and claim_rows is not None:
+            # one left out was claimed by another sweeper since the read (or finished)
+            rows += claim_rows(outbox, now, self.node_id, self.lease_ms)
         if later:
             self._ask_again(later, now)
         rows.sort(key=lambda r: (r.ready_at_ms, r.instance_id, r.ordinal))
@@ -449,6 +465,12 @@ class Sweeper:
             stop.wait(seconds)
         else:
             self.host.clock.sleep(seconds)
+
+
+def _claimed_outbox(rows: Sequence[TimerRow], node_id: str) -> list[TimerRow]:
+    """The outbox rows among ``rows`` that ``node_id`` holds claimed (``_woken_rows`` claims
+    them; a woken timer is never claimed, and is left alone)."""
+    return [r for r in rows if r.kind != TIMER and r.state == CLAIMED and r.claimed_by == node_id]
 
 
 def _is_number(value: object) -> bool:
