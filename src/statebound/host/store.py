@@ -188,7 +188,12 @@ TimerKey = tuple[str, int]
 @fast_init
 @dataclass(frozen=True, slots=True)
 class TimerRef:
-    """What a position record remembers about one of its pending timer rows."""
+    """What a position record remembers about one of its pending timer rows.
+
+    :ivar name: a named timeout's name; ``"invoke"`` on the host's ref of a handler
+        invocation (``host/outbox.py``), which no chart's send or timeout ref carries;
+        ``None`` otherwise.
+    """
 
     ordinal: int
     send_id: str
