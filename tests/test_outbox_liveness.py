@@ -557,3 +557,30 @@ def test_a_charts_cancel_of_the_invocations_send_id_leaves_the_invocation_alone(
     assert [(r.kind, r.state) for r in host.pending_timers("o1")] == [("invoke", "waiting")]
     assert host.complete_invoke("o1", "charge", {"charge": "ch_1"}).outcome == "fired"
     assert host.get("o1").configuration == {"Paid"} and gw.cancelled == []
+
+
+NAMED_INVOKE = f"""<scxml {NS} xmlns:sb="urn:statebound" name="ti" initial="Waiting">
+  <state id="Waiting">
+    <sb:timeout name="invoke" event="Late" after="1h"/>
+    <transition event="Poke" target="Waiting"/>
+    <transition event="Late" target="Expired"/>
+  </state>
+  <state id="Expired"/>
+</scxml>"""
+
+
+def test_a_timeout_named_invoke_is_still_re_armed_and_cancelled(store):
+    # the host marks its invocation refs with the name "invoke", which a timeout may have too:
+    # only a ref under an sb.invoke.* send id is the host's
+    clock = sb.ManualClock(T0)
+    host = sb.Host([sb.Chart.from_scxml(NAMED_INVOKE)], store=store, clock=clock)
+    host.start("ti", "t1")
+    clock.advance(1_800_000)
+    host.send("t1", "Poke")                      # re-entered: the timeout is re-armed, the old row cancelled
+    rows = host.pending_timers("t1")
+    assert len(rows) == 1 and rows[0].due_at_ms == T0 + 1_800_000 + 3_600_000
+    clock.advance(1_800_000)
+    assert host.fire_due() == []                 # the first arming's hour: nothing left to fire
+    clock.advance(1_800_000)
+    assert [r.outcome for r in host.fire_due()] == ["fired"]
+    assert host.get("t1").configuration == {"Expired"}

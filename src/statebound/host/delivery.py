@@ -145,8 +145,9 @@ def apply(h: Host, u: Unit, iid: str, effects: tuple[Any, ...], ctx: Any) -> Non
             for ref in e.refs:
                 # a handler invocation's ref (marked, outbox.py) is the host's: a chart's
                 # <cancel sendid="sb.invoke.x"> dropped it and purged the row, so the
-                # invocation ended with no cancel hook and its answer was discarded
-                if ref.send_id == eff.send_id and ref.name != INVOKE:
+                # invocation ended with no cancel hook and its answer was discarded. (A
+                # timeout may be named "invoke" too; its send id is sb.timeout.*.)
+                if ref.send_id == eff.send_id and not (ref.name == INVOKE and ref.send_id.startswith("sb.invoke.")):
                     key = (iid, ref.ordinal)
                     if u.puts.pop(key, None) is None:
                         u.deletes.append(key)

@@ -191,7 +191,8 @@ class TimerRef:
     """What a position record remembers about one of its pending timer rows.
 
     :ivar name: a named timeout's name; ``"invoke"`` on the host's ref of a handler
-        invocation (``host/outbox.py``), which no chart's send or timeout ref carries;
+        invocation (``host/outbox.py``), whose send id is ``sb.invoke.<invokeid>``: a
+        chart's send ref has no name, and a timeout's send id is ``sb.timeout.*``;
         ``None`` otherwise.
     """
 
