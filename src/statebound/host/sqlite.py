@@ -1086,23 +1086,32 @@ class SQLiteStore:
             elif rows[0][20]:   # lapsed claims too: merge the two ranges
                 rows = self._execute(_SQL_CLAIM_BOTH, (now_ms, limit, now_ms, limit, limit)).fetchall()
                 rows.sort(key=_claim_order)
-            rowids = [r[0] for r in rows]
-            for i in range(0, len(rowids), _IN_CHUNK):
-                chunk = rowids[i:i + _IN_CHUNK]
-                self._execute(
-                    f"UPDATE timers SET state = '{CLAIMED}', claimed_by = ?, "
-                    f"claim_expires_ms = ? WHERE rowid IN ({', '.join('?' * len(chunk))})",
-                    (node_id, expires, *chunk))
-            claimed, unreadable = _claimed_timers(rows, node_id, expires)
-            # A row that cannot be read cannot fire, now or on any retry: parked as dead in
-            # the claim's own transaction, it stops being claimed (and failing) again, and
-            # the operator finds it, with the reason, in dead_timers. Before, it failed every
-            # claim it was in, so every sweeper died on it and its batch's rows waited.
-            for rowid, _key, why in unreadable:
-                self._execute(_SQL_PARK_UNREADABLE, (f"the stored row cannot be read: {why}", rowid))
+            claimed, unreadable = self._claim_selected(rows, node_id, expires)
         for _rowid, key, why in unreadable:
             log.error("timer row %s cannot be read; parked as dead: %s", key, why)
         return claimed
+
+    def _claim_selected(self, rows: list[Any], node_id: str, expires: int,
+                        ) -> tuple[list[TimerRow], list[tuple[int, TimerKey, str]]]:
+        """Claim the selected timer rows (full rows of a claim's select) for ``node_id``,
+        inside the caller's write transaction; returns them as TimerRows, and the rows that
+        cannot be read, as ``(rowid, key, why)``.
+
+        A row that cannot be read cannot fire, now or on any retry: parked as dead in the
+        claim's own transaction, it stops being claimed (and failing) again, and the operator
+        finds it, with the reason, in dead_timers. Before, it failed every claim it was in,
+        so every sweeper died on it and its batch's rows waited."""
+        rowids = [r[0] for r in rows]
+        for i in range(0, len(rowids), _IN_CHUNK):
+            chunk = rowids[i:i + _IN_CHUNK]
+            self._execute(
+                f"UPDATE timers SET state = '{CLAIMED}', claimed_by = ?, "
+                f"claim_expires_ms = ? WHERE rowid IN ({', '.join('?' * len(chunk))})",
+                (node_id, expires, *chunk))
+        claimed, unreadable = _claimed_timers(rows, node_id, expires)
+        for rowid, _key, why in unreadable:
+            self._execute(_SQL_PARK_UNREADABLE, (f"the stored row cannot be read: {why}", rowid))
+        return claimed, unreadable
 
     def claim_rows(self, keys: Sequence[TimerKey], now_ms: int, node_id: str, lease_ms: int) -> list[TimerRow]:
         """Claim the named rows that are ready, lapsed or already ``node_id``'s (see
@@ -1123,16 +1132,7 @@ class SQLiteStore:
                 found = self._execute(_SQL_CLAIM_KEY, (iid, ordinal, now_ms, now_ms, node_id)).fetchone()
                 if found is not None:
                     rows.append(found)
-            rowids = [r[0] for r in rows]
-            for i in range(0, len(rowids), _IN_CHUNK):
-                chunk = rowids[i:i + _IN_CHUNK]
-                self._execute(
-                    f"UPDATE timers SET state = '{CLAIMED}', claimed_by = ?, "
-                    f"claim_expires_ms = ? WHERE rowid IN ({', '.join('?' * len(chunk))})",
-                    (node_id, expires, *chunk))
-            claimed, unreadable = _claimed_timers(rows, node_id, expires)
-            for rowid, _key, why in unreadable:
-                self._execute(_SQL_PARK_UNREADABLE, (f"the stored row cannot be read: {why}", rowid))
+            claimed, unreadable = self._claim_selected(rows, node_id, expires)
         for _rowid, key, why in unreadable:
             log.error("timer row %s cannot be read; parked as dead: %s", key, why)
         return claimed
