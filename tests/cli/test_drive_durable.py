@@ -598,3 +598,39 @@ def test_a_live_feed_keeps_line_numbers_and_undecodable_bytes_per_line(setup, tm
         assert Reader(db, chart).seen("b") == [0, 2]
     finally:
         _reap(proc)
+
+
+def test_a_line_whose_instance_other_writers_keep_moving_is_retried_not_skipped(setup, tmp_path, capsys,
+                                                                                monkeypatch):
+    """A line that lost all of the host's conflict retries (another process writing the same
+    instance each time) was reported as refused and checkpointed past: a resume never sent
+    it, and the instance's later lines were applied without it."""
+    from statebound.host import sqlite as sq
+    db, chart = setup
+    _start(db, "h")
+    events = tmp_path / "events.jsonl"
+    events.write_text("".join(_event("h", n, key=False) for n in range(1, 11)))
+    other = sb.Host([chart], store=sb.SQLiteStore(str(db)))
+    real_many, real_one = sq.SQLiteStore.commit_many, sq.SQLiteStore.commit
+    groups = {"n": 0}
+
+    def contended_many(self, commits):
+        if self is not other.store:
+            groups["n"] += 1
+            if groups["n"] == 5:                  # line 5's group: another writer gets in first
+                other.send("h", "bump")
+        return real_many(self, commits)
+
+    def contended_one(self, commit):
+        if self is not other.store and groups["n"] == 5:
+            other.send("h", "bump")                # ... and before each of the host's retries
+        return real_one(self, commit)
+    monkeypatch.setattr(sq.SQLiteStore, "commit_many", contended_many)
+    monkeypatch.setattr(sq.SQLiteStore, "commit", contended_one)
+    monkeypatch.setattr(drive, "RETRY_BACKOFF_S", (0.0, 0.0))
+    try:
+        assert main(["--store", str(db), "drive", str(events), "--checkpoint", str(tmp_path / "ck")]) == 0
+        assert other.get("h").datamodel["seen"] == list(range(1, 11))      # every line, in order
+        assert _resume_line(tmp_path / "ck") == 11
+    finally:
+        other.store.close()

@@ -21,7 +21,8 @@ goes on. The exit code is 1 if any line failed.
 
 **The store unavailable.** A line that fails only because the store is unavailable (SQLite
 locked past its busy timeout, an I/O error, DynamoDB throttling past its retries:
-``StoreUnavailable``) is not the line's fault: it is tried again, ``len(RETRY_BACKOFF_S)``
+``StoreUnavailable``), or because other writers moved its instance under every one of the
+host's retries (``ConflictError``), is not the line's fault: it is tried again, ``len(RETRY_BACKOFF_S)``
 more times with growing waits (about 1.5 s in all, plus the store's own timeout per try). If
 it still fails, the run stops there: no later line of its instance is applied (the other
 workers stop after their batch in flight), the checkpoint is written **at** that line (or
@@ -89,7 +90,7 @@ from contextlib import contextmanager
 from typing import Any, TextIO
 
 from .. import Event, Host, SystemClock, jsonio
-from ..exceptions import StoreUnavailable
+from ..exceptions import ConflictError, StoreUnavailable
 from ._base import EXIT_ERROR, EXIT_USAGE, CliError, emit
 from ._progress import Progress
 from ._store import history_keep, is_digits, open_location
@@ -152,6 +153,13 @@ def _one_line(exc: BaseException) -> str:
     return text[0] if text else type(exc).__name__
 
 
+#: What a line may fail with and still apply if sent again: the store was unavailable, or
+#: other writers moved the instance under every one of the host's retries. Such a line is
+#: retried, then stops the run at it; reported as refused, the checkpoint went past it and a
+#: resume never sent it again, while the instance's later lines were applied without it.
+_TRANSIENT = (StoreUnavailable, ConflictError)
+
+
 def _apply_batch(host: Host, batch: list[Item],
                  stopping: Callable[[], bool] = lambda: False) -> tuple[int, list[str], Stalled | None]:
     """Apply lines in order: runs of events to distinct instances with ``send_many`` (group
@@ -174,7 +182,7 @@ def _apply_batch(host: Host, batch: list[Item],
         for (lineno, item), res in zip(items, results, strict=True):
             if res.error is None:
                 ok += 1
-            elif isinstance(res.error, StoreUnavailable):
+            elif isinstance(res.error, _TRANSIENT):
                 unavailable.append(((lineno, item), res.error))
             else:   # a refused event is reported, and the run goes on
                 errors.append((lineno, f"line {lineno}: {_one_line(res.error)}"))
@@ -184,7 +192,7 @@ def _apply_batch(host: Host, batch: list[Item],
         nonlocal ok
         try:
             _apply(host, items[0][1])
-        except StoreUnavailable as exc:
+        except _TRANSIENT as exc:
             return [(items[0], exc)]
         except Exception as exc:  # a refused start is reported, and the run goes on
             errors.append((items[0][0], f"line {items[0][0]}: {_one_line(exc)}"))
@@ -205,6 +213,8 @@ def _apply_batch(host: Host, batch: list[Item],
         if not failed:
             return None
         (lineno, _), exc = failed[0]
+        if isinstance(exc, ConflictError):
+            return lineno, f"other writers kept moving its instance ({_one_line(exc)})"
         return lineno, f"the store was unavailable ({_one_line(exc)})"
 
     stalled: Stalled | None = None
