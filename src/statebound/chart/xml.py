@@ -104,11 +104,28 @@ def parse_xml(text: str | bytes, source: str | None = None, max_elements: int = 
     stack: list[El] = []
     pending_ns: dict[str, str] = {}
     count = [0]
+    # Character data comes in one call per line or entity: appended to the element one
+    # piece at a time (``el.text += data``), each append copied all the text before it, so
+    # 1.5 MB of newlines took about a minute, event data that looks like XML included. The
+    # pieces of the current run of text are kept here and joined once.
+    pieces: list[str] = []
+    into: list[El | None] = [None]   # the element whose text (or last tail) the run belongs to
+
+    def flush() -> None:
+        el = into[0]
+        if el is not None and pieces:
+            if el.children:
+                el.tails[-1] += "".join(pieces)
+            else:
+                el.text += "".join(pieces)
+        pieces.clear()
+        into[0] = None
 
     def start_ns(prefix: str | None, uri: str) -> None:
         pending_ns[prefix or ""] = uri
 
     def start(name: str, attrs: dict[str, str]) -> None:
+        flush()
         if len(stack) >= _MAX_DEPTH:
             raise ChartSyntaxError(f"elements nested deeper than {_MAX_DEPTH}", p.CurrentLineNumber,
                                    p.CurrentColumnNumber + 1, source)
@@ -134,23 +151,23 @@ def parse_xml(text: str | bytes, source: str | None = None, max_elements: int = 
         stack.append(el)
 
     def end(_name: str) -> None:
+        flush()
         stack.pop()
 
     def chars(data: str) -> None:
         if not stack:
             return
-        el = stack[-1]
-        if el.children:
-            el.tails[-1] += data
-        else:
-            el.text += data
+        into[0] = stack[-1]   # (an element's start or end flushes first: one run, one place)
+        pieces.append(data)
 
     p.StartNamespaceDeclHandler = start_ns
     p.StartElementHandler = start
     p.EndElementHandler = end
     p.CharacterDataHandler = chars
+    p.buffer_text = True
     try:
         p.Parse(data, True)
+        flush()
     except xml.parsers.expat.ExpatError as exc:
         raise ChartSyntaxError(f"malformed XML: {xml.parsers.expat.ErrorString(exc.code)}",
                                exc.lineno, exc.offset + 1, source) from None
