@@ -9,9 +9,10 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from ..events import BASICHTTP_PROCESSOR, SCXML_PROCESSOR
 from ..exceptions import InstanceNotFound
 from ..host.store import HistoryRecord, live
-from ._base import EXIT_ERROR, emit, iso_ms, jsonable
+from ._base import EXIT_ERROR, EXIT_USAGE, CliError, emit, iso_ms, jsonable
 from ._store import open_host, open_store
 
 __all__ = ["register"]
@@ -20,7 +21,9 @@ __all__ = ["register"]
 def _what(r: HistoryRecord) -> str:
     call = r.call
     op = call.get("op", "host")
-    events = [s["event"].get("name") for s in r.steps if "event" in s]
+    # an event the host gave up on (out of budget) left the position as it was: say so
+    events = [f"{s['event'].get('name')} (abandoned: {s['abandoned']})" if "abandoned" in s
+              else s["event"].get("name") for s in r.steps if "event" in s]
     if r.kind == "start":
         what = f"start {r.chart}"
     elif op == "fire":
@@ -49,12 +52,20 @@ def _effects(r: HistoryRecord) -> str:
     if e.get("cancelled"):
         parts.append("cancelled " + ", ".join(e["cancelled"]))
     if e.get("sent"):
-        parts.append("sent " + ", ".join(f"{s['event']}->{s['target'] or 'self'}" for s in e["sent"]))
+        parts.append("sent " + ", ".join(f"{s['event']}->{_to(s)}" for s in e["sent"]))
     if e.get("invoked"):
         parts.append("invoked " + ", ".join(i["invokeid"] for i in e["invoked"]))
     if e.get("done"):
         parts.append("done")
     return "; ".join(parts)
+
+
+def _to(sent: dict[str, Any]) -> str:
+    """Where a send went: a session (``self`` when it named none), a URL, or a processor."""
+    t, target = sent.get("type"), sent.get("target")
+    if t in (None, SCXML_PROCESSOR, BASICHTTP_PROCESSOR, "scxml", "basichttp"):
+        return target or "self"
+    return f"{t}:{target}" if target else str(t)   # a send processor's, not an instance's
 
 
 def _line(r: HistoryRecord) -> str:
@@ -65,6 +76,8 @@ def _line(r: HistoryRecord) -> str:
 
 
 def cmd_history(args: argparse.Namespace) -> int:
+    if args.limit < 1:   # else it reads nothing and says the instance has no history
+        raise CliError("--limit must be at least 1", EXIT_USAGE)
     store, _ = open_store(args, create=False)
     records: list[HistoryRecord] = []
     while len(records) < args.limit:

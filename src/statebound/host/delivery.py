@@ -55,6 +55,8 @@ def drain(h: Host, u: Unit) -> None:
         if u.deliveries + u.starts > 1 and pos is e.position and _out_of_budget(effects):
             # Earlier drives of this call spent the budget: this event is not to blame,
             # so it waits (as a row due now) for a call with a budget of its own.
+            if e.steps is not None:
+                e.steps.pop()   # not delivered: the unit that delivers it from its row records it
             u.queue.appendleft((iid, ev, ctx))
             spill(h, u)
             return
@@ -179,9 +181,20 @@ def apply(h: Host, u: Unit, iid: str, effects: tuple[Any, ...], ctx: Any) -> Non
                 # quoted: an instance id or a label may hold a newline, and must not forge a line
                 log.info("[%r] %r: %r", iid, eff.label, eff.value)
         elif t is BudgetExhausted:
+            if e.steps is not None:
+                _abandoned(e.steps, eff.reason)
             h.metrics.add("budget_exhausted")
             log.warning("instance %r: event %r exhausted the %s budget after %d rounds; position unchanged",
                         iid, eff.event, eff.reason, eff.rounds)
+
+
+def _abandoned(steps: list[dict[str, Any]], reason: str) -> None:
+    """Mark the event step of a drive that ran out of budget: the drive left the position as
+    it was, and replay, which has no such budget, must skip it rather than re-drive it."""
+    for step in reversed(steps):
+        if "event" in step:
+            step["abandoned"] = reason
+            return
 
 
 def _out_of_budget(effects: tuple[Any, ...]) -> bool:
