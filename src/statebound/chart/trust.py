@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from ..exceptions import ChartError, ChartPolicyError, InvalidArgument, InvalidTrustLevel, Problem
 from .xml import MAX_DOCUMENT_BYTES, MAX_ELEMENTS
 
-__all__ = ["TRUSTED", "UNTRUSTED", "TRUST_LEVELS", "UNTRUSTED_DATAMODELS", "check_trust", "roots_for",
+__all__ = ["TRUSTED", "UNTRUSTED", "TRUST_LEVELS", "UNTRUSTED_DATAMODELS", "MAX_SRC_CHARS", "MAX_SRC_PARTS", "check_trust", "roots_for",
            "resolve_src", "read_src", "read_file", "LoadBudget", "MAX_LOADED_BYTES", "MAX_LOADED_CHARTS"]
 
 #: The two trust levels: a trusted chart may use every datamodel, an untrusted one may not.
@@ -76,6 +76,11 @@ def _inside(path: str, root: str) -> bool:
     return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
 
 
+#: The longest ``src`` path resolved (Linux's PATH_MAX is 4,096 bytes), and the most components.
+MAX_SRC_CHARS = 4_096
+MAX_SRC_PARTS = 256
+
+
 def resolve_src(src: object, base_path: str | None, roots: tuple[str, ...]) -> str:
     """The real path ``src`` names, checked against the containment rules.
 
@@ -94,6 +99,10 @@ def resolve_src(src: object, base_path: str | None, roots: tuple[str, ...]) -> s
             raise _refuse(src, "file:// URLs are not allowed (write file:relative/path)")
     if not path or "\x00" in path:
         raise _refuse(src, "it names no file")
+    if len(path) > MAX_SRC_CHARS or path.count("/") + path.count("\\") > MAX_SRC_PARTS:
+        # realpath re-joins the rest of a path once per component: 400,000 components took
+        # 20 s of CPU in one call, past every budget (no file system has such a path)
+        raise _refuse(src, f"it is longer than {MAX_SRC_CHARS} characters or {MAX_SRC_PARTS} path components")
     if os.path.isabs(path) or _SCHEME.match(path) or path.startswith("\\"):
         raise _refuse(src, "absolute paths are not allowed")
     if base_path is None or not roots:
