@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import Chart, Position, jsonio
-from ..host.store import TimerRow
+from ..host.store import SEND, TIMER, TimerRow
 
 __all__ = ["CliError", "EXIT_ERROR", "EXIT_USAGE", "EXIT_NOT_FOUND", "EXIT_EXISTS", "EXIT_NOT_RUNNING", "EXIT_SUSPENDED",
            "EXIT_INTERRUPTED",
@@ -91,10 +91,19 @@ def jsonable(v: Any) -> Any:
 
 
 def timer_dict(r: TimerRow) -> dict[str, Any]:
-    """A timer row as the CLI shows it."""
-    return {"instance": r.instance_id, "ordinal": r.ordinal, "name": r.name, "event": r.event.get("name"),
+    """A timer row as the CLI shows it; an outbox row's ``event`` is the event it sends, or
+    the invokeid of the invocation it starts or cancels (its ``kind`` says which)."""
+    return {"instance": r.instance_id, "ordinal": r.ordinal, "name": r.name, "event": _row_event(r),
             "send_id": r.send_id, "target": r.target_id, "due_at_ms": r.due_at_ms, "due_at": iso_ms(r.due_at_ms),
             "state": r.state, "attempts": r.attempts, "last_error": r.last_error, "kind": r.kind}
+
+
+def _row_event(r: TimerRow) -> Any:
+    # each kind keeps it under its own key (host/outbox.py): a timer's event dict its name,
+    # a send row "event", an invoke or cancel row only the "invokeid"
+    if r.kind == TIMER:
+        return r.event.get("name")
+    return r.event.get("event" if r.kind == SEND else "invokeid")
 
 
 def position_dict(pos: Position, timers: list[TimerRow] | None = None,

@@ -181,7 +181,7 @@ class SendJob(Job):
             if self.span is None:
                 result = runner.run(self.host, self.unit)
             else:
-                with tracing.within(self.span):
+                with tracing.within(self.span, self.ids[0]):
                     result = runner.run(self.host, self.unit)
         except Exception as exc:  # the item's own error, reported in its slot
             self.failed(exc)
@@ -224,7 +224,7 @@ class FireJob(Job):
         if self.span is None:   # never ran in the group (an outbox row): a traced fire of its own
             self.results[self.index] = self.host.fire(self.row, node_id=self.node)
             return
-        with self.host._tracing.within(self.span, body=True):
+        with self.host._tracing.within(self.span, self.row.target_id, body=True):
             self._settle(lambda: self.host.fire(self.row, node_id=self.node))
 
     def _settle(self, result: Callable[[], FireResult]) -> None:
@@ -248,7 +248,23 @@ class GroupCommit:
         self.host = host
 
     def run(self, jobs: Sequence[Job]) -> None:
-        """Run every job; each reports its own result through ``done``/``failed``."""
+        """Run every job; each reports its own result through ``done``/``failed``.
+
+        An error no job can take as its own (``commit_many`` raising something that is no
+        ``StateboundError``: a driver bug) propagates, and ends the spans still open with it.
+        """
+        tracing = self.host._tracing
+        if tracing is None:
+            self._run(jobs)
+            return
+        try:
+            self._run(jobs)
+        except BaseException as exc:
+            for job in jobs:
+                job.end_span(tracing, "", exc)
+            raise
+
+    def _run(self, jobs: Sequence[Job]) -> None:
         h = self.host
         commit_many = getattr(h.store, "commit_many", None)
         if commit_many is None or h.max_batch <= 1:
@@ -283,7 +299,8 @@ class GroupCommit:
                     else:
                         if job.span is None:
                             job.trace(tracing)
-                        with tracing.within(job.span):
+                        # (on the instance its unit is called for: a fire's target, last of its ids)
+                        with tracing.within(job.span, job.ids[-1]):
                             u, result, commit = runner.attempt(h, job.unit, job.completion, cache, counts=counts)
                 except Exception as exc:  # refused (unknown instance, halted...) or a drive failure
                     job.failed(exc)
@@ -357,4 +374,4 @@ class GroupCommit:
         if landed:
             tally["commits"] = landed
         if deliver:
-            h._outbox.after_commit(deliver)
+            runner.hand_over(h, deliver)

@@ -469,6 +469,10 @@ class Host:
         """
         _check_storable(data, f"the result of invoke {invokeid!r}")
         _check_context(caller_context)
+        if self._tracing is not None and not self._tracing.inside():
+            return self._tracing.call("complete_invoke", instance_id, f"done.invoke.{invokeid}", lambda ctx: (
+                self.complete_invoke(instance_id, invokeid, data, token=token, caller_context=ctx)),
+                caller_context, invoke=invokeid, fired=True)
         event = Event(f"done.invoke.{invokeid}", data, "external", invokeid=invokeid)
         return self._outbox.finish_invoke(instance_id, invokeid, token, event, caller_context)
 
@@ -482,6 +486,10 @@ class Host:
         _check_context(caller_context)
         if not isinstance(error, str):
             raise InvalidArgument(f"fail_invoke()'s error must be a string (a short code), not {type(error).__name__}")
+        if self._tracing is not None and not self._tracing.inside():
+            return self._tracing.call("fail_invoke", instance_id, "error.execution", lambda ctx: (
+                self.fail_invoke(instance_id, invokeid, error, cause, token=token, caller_context=ctx)),
+                caller_context, invoke=invokeid, fired=True)
         data = {"message": f"invoke {invokeid!r} failed: {error}", "invokeid": invokeid, "error": error,
                 "cause": cause}
         event = Event("error.execution", data, "platform", invokeid=invokeid)
@@ -711,11 +719,16 @@ class Host:
         node = node_id or self.node_id
         lag = max(0, self.clock.now_ms() - row.ready_at_ms)
         if row.kind != TIMER:
-            return self._outbox.fire(row, node, lag)
+            res = self._outbox.fire(row, node, lag)
+            handed = runner.handing_over.get()
+            if handed is not None:   # handed over after a sweep's commit: its report counts it
+                handed.append(res)
+            return res
         try:
             outcome, reason = runner.run(self, lambda u: firing.fire_step(self, row, u),
                                          completion=lambda o: firing.fire_completion(row, node, o))
         except _AlreadyDone:
+            firing.count(self, "skipped")
             return FireResult(row.key, "skipped", "completed elsewhere", lag)
         except Exception as exc:  # a delivery failure must not lose the row
             return firing.fire_failed(self, row, node, exc, lag)

@@ -10,6 +10,9 @@ rows it wrote and hands new outbox rows over (``outbox.py``).
 
 ``batch.py`` runs the same units through :func:`attempt` and writes several commits in
 one store transaction.
+
+:func:`hand_over` is the one door of the hand-over for both: a sweep that wants to report
+the rows its commits handed over (``Sweeper``) sets :data:`handed_over` around its fires.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterable
+from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
 
 from ..datamodel.budget import Budget
@@ -27,16 +31,25 @@ from .routing import offer, restamp
 from . import tombstone
 from .store import (CLAIMED, DEAD, DELETED, DONE, PENDING, SUSPENDED, Commit, PositionRecord, PositionWrite,
                     TimerCompletion, TimerKey, TimerRow)
-from .unit import AlreadyDone, Entry, Unit
+from .unit import AlreadyDone, Entry, FireResult, Unit
 from .wakeup import wakeups_for
 
 if TYPE_CHECKING:
     from ..chart.model import Chart
     from .host import Host
 
-__all__ = ["run", "attempt", "forget_entries", "landed", "build_commit", "load", "decode", "from_bytes", "fetch", "wake", "result", "bare"]
+__all__ = ["run", "attempt", "forget_entries", "landed", "hand_over", "handed_over", "build_commit", "load", "decode",
+           "from_bytes", "fetch", "wake", "result", "bare"]
 
 log = logging.getLogger("statebound")
+
+#: Set by a sweep while it fires: a list that gets the ``FireResult`` of every outbox row its
+#: commits hand over (``Host.fire`` adds them), which its report then counts. ``None``: nobody
+#: counts them (every call that is no sweep's).
+handed_over: ContextVar[list[FireResult] | None] = ContextVar("statebound_handed_over", default=None)
+#: ``handed_over``'s list, set only while a hand-over runs: the rows a sweep fires itself
+#: are in its results already, and must not be counted twice
+handing_over: ContextVar[list[FireResult] | None] = ContextVar("statebound_handing_over", default=None)
 
 
 def run(h: Host, fn: Any, *, creating: str | None = None, completion: Any = None,
@@ -78,7 +91,7 @@ def run(h: Host, fn: Any, *, creating: str | None = None, completion: Any = None
             continue
         deliver = landed(h, u.deliver, commit)
         if deliver:
-            h._outbox.after_commit(deliver)
+            hand_over(h, deliver)
         return res
     assert last is not None
     raise last
@@ -129,7 +142,29 @@ def landed(h: Host, deliver: set[TimerKey], commit: Commit) -> list[TimerRow]:
         wake(h, ((r.key, r.ready_at_ms) for r in commit.timers_put if r.state == PENDING and r.key not in deliver))
     if not deliver:
         return []
-    return [r for r in commit.timers_put if r.key in deliver]
+    rows = [r for r in commit.timers_put if r.key in deliver]
+    if h._tracing is not None:
+        h._tracing.handed(rows, commit.writes)
+    return rows
+
+
+def hand_over(h: Host, rows: list[TimerRow]) -> None:
+    """Hand landed outbox rows over (``Outbox.after_commit``), their results counted for the
+    sweep that wants them (:data:`handed_over`)."""
+    sink = handed_over.get()
+    tracing = h._tracing
+    if sink is None and tracing is None:
+        h._outbox.after_commit(rows)
+        return
+    token = handing_over.set(sink)
+    try:
+        if tracing is None:
+            h._outbox.after_commit(rows)
+        else:
+            with tracing.handing_over():
+                h._outbox.after_commit(rows)
+    finally:
+        handing_over.reset(token)
 
 
 def wake(h: Host, due: Iterable[tuple[TimerKey, int]]) -> None:
@@ -173,9 +208,10 @@ def build_commit(h: Host, u: Unit, completion: TimerCompletion | None) -> Commit
                                     SUSPENDED if e.suspended else e.position.status, tuple(e.refs), e.parent,
                                     tuple(e.keys)))
     if h._tracing is not None:
-        called = u.entries.get(u.call.get("instance", ""))
+        iid = u.call.get("instance", "")
+        called = u.entries.get(iid)
         if called is not None and called.position is not None:
-            h._tracing.note(called.chart_name, called.position.chart.identity)
+            h._tracing.note(iid, called.chart_name, called.position.chart.identity)
     puts = tuple(r for r in u.puts.values() if r.instance_id not in deleted) if deleted else tuple(u.puts.values())
     dels = tuple(k for k in dict.fromkeys(u.deletes) if k[0] not in deleted and k != u.protected) \
         if u.deletes else ()

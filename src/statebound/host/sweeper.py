@@ -13,23 +13,30 @@ the fire's commit is conditional, so a row is applied at most once.
 With ``workers > 1`` the rows of one sweep are fired by a bounded thread pool: rows of
 different instances at once, the rows of one instance one after another in due order (two
 fires into one position would only conflict and retry). Exactly-once does not depend on
-it: each fire's commit still completes its row conditionally.
+it: each fire's commit still completes its row conditionally. Each fire runs in a copy of
+the sweeping thread's context, so its span is a child of the caller's, as with one worker.
+
+A sweep's report counts, beside the rows it fired, the outbox rows its commits handed over
+(a timer whose transition sends to a processor): those are handed over right after the
+commit, in the sweep, and no later sweep sees them.
 """
 
 from __future__ import annotations
 
+import contextvars
 import logging
 import math
 import os
 import random
 import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from ..exceptions import InvalidArgument, StoreUnavailable
 from .host import FireResult, Host
-from .runner import wake
+from .runner import handed_over, wake
 from .store import CLAIMED, PENDING, TIMER, TimerKey, TimerRow
 from .wakeup import WakeupRequest, WakeupSource, wakeups_for
 
@@ -53,10 +60,13 @@ MAX_WORKERS = 1_024
 
 @dataclass(frozen=True, slots=True)
 class SweepReport:
-    """What one ``run_once`` did.
+    """What one ``run_once`` did: the outcomes of the rows it fired, and of the outbox rows
+    their commits handed over right after (a timer whose transition sends to a processor
+    counts one ``fired`` and one ``delivered``).
 
     :ivar lag_ms: for each fired row, how late it fired relative to its due time.
-    :ivar delivered: outbox sends handed to their processors.
+    :ivar delivered: outbox sends handed to their processors (claimed by the sweep, or
+        handed over after its commits).
     :ivar waiting: invocations whose handler will answer later.
     :ivar cancelled: invocations cancelled (their cancel hooks called).
     :ivar empty: wake-ups whose row was already fired, cancelled or gone (one read each).
@@ -197,15 +207,16 @@ class Sweeper:
             return self._run_until(_stopper(stop))
         empty = 0
         results: list[FireResult] = []
-        if self.wakeups is not None:
-            due = self.wakeups.take_due(self.host.clock.now_ms())
-            if due:
-                woken, empty, _ = self._woken_rows(due)
-                results += self.fire_rows(woken)
-        now = self.host.clock.now_ms()
-        rows = self.host.store.claim_due(now, self.batch, self.node_id, self.lease_ms)
-        results += self.fire_rows(rows)
-        report = _report(results, empty)
+        with _handovers() as handed:
+            if self.wakeups is not None:
+                due = self.wakeups.take_due(self.host.clock.now_ms())
+                if due:
+                    woken, empty, _ = self._woken_rows(due)
+                    results += self.fire_rows(woken)
+            now = self.host.clock.now_ms()
+            rows = self.host.store.claim_due(now, self.batch, self.node_id, self.lease_ms)
+            results += self.fire_rows(rows)
+        report = _report(results + handed, empty)
         self.metrics.add(report)
         return report
 
@@ -225,17 +236,20 @@ class Sweeper:
             the fallback fires them.
         """
         if stop is None:
-            rows, empty, _ = self._woken_rows(list(requests))
-            report = _report(self.fire_rows(rows), empty)
+            with _handovers() as handed:
+                rows, empty, _ = self._woken_rows(list(requests))
+                results = self.fire_rows(rows)
+            report = _report(results + handed, empty)
         else:
             stopped = _stopper(stop)
-            rows, empty, unread = self._woken_rows(list(requests), stopped)
-            results, unfired = self._fire_until(rows, stopped)
+            with _handovers() as handed:
+                rows, empty, unread = self._woken_rows(list(requests), stopped)
+                results, unfired = self._fire_until(rows, stopped)
             # claimed and not fired: given back at once, so that the wake-up's redelivery,
             # to whichever sweeper, finds them claimable instead of waiting out the lease
             self._unclaim(_claimed_outbox(unfired, self.node_id))
             unreached = (*unread, *(r.key for r in unfired))
-            report = _report(results, empty, more=bool(unreached), unreached=unreached)
+            report = _report(results + handed, empty, more=bool(unreached), unreached=unreached)
         self.metrics.add(report)
         return report
 
@@ -244,32 +258,33 @@ class Sweeper:
         empty = 0
         results: list[FireResult] = []
         unreached: list[TimerKey] = []
-        if self.wakeups is not None and not stopped():
-            now = self.host.clock.now_ms()
-            due = self.wakeups.take_due(now)
-            if due:
-                woken, empty, unread = self._woken_rows(due, stopped)
-                fired, unfired = self._fire_until(woken, stopped)
-                self._unclaim(_claimed_outbox(unfired, self.node_id))
+        with _handovers() as handed:
+            if self.wakeups is not None and not stopped():
+                now = self.host.clock.now_ms()
+                due = self.wakeups.take_due(now)
+                if due:
+                    woken, empty, unread = self._woken_rows(due, stopped)
+                    fired, unfired = self._fire_until(woken, stopped)
+                    self._unclaim(_claimed_outbox(unfired, self.node_id))
+                    results += fired
+                    if unread or unfired:
+                        # taken from the source and not fired: give them back, or they would
+                        # wait until a claim finds them (for a DynamoStore written by another
+                        # process, its next fallback read of their shards)
+                        wanted = {r.key: r.due_at_ms for r in due}
+                        back = [(k, wanted[k]) for k in unread] + [(r.key, r.ready_at_ms) for r in unfired]
+                        self._give_back(back, now)
+                        unreached += [k for k, _ in back]
+            if unreached or stopped():
+                report = _report(results + handed, empty, more=True, unreached=tuple(unreached))
+            else:
+                now = self.host.clock.now_ms()
+                rows = self.host.store.claim_due(now, self.batch, self.node_id, self.lease_ms)
+                fired, unfired = self._fire_until(rows, stopped)
                 results += fired
-                if unread or unfired:
-                    # taken from the source and not fired: give them back, or they would
-                    # wait until a claim finds them (for a DynamoStore written by another
-                    # process, its next fallback read of their shards)
-                    wanted = {r.key: r.due_at_ms for r in due}
-                    back = [(k, wanted[k]) for k in unread] + [(r.key, r.ready_at_ms) for r in unfired]
-                    self._give_back(back, now)
-                    unreached += [k for k, _ in back]
-        if unreached or stopped():
-            report = _report(results, empty, more=True, unreached=tuple(unreached))
-        else:
-            now = self.host.clock.now_ms()
-            rows = self.host.store.claim_due(now, self.batch, self.node_id, self.lease_ms)
-            fired, unfired = self._fire_until(rows, stopped)
-            results += fired
-            unreached += [r.key for r in unfired]
-            self._unclaim(unfired)
-            report = _report(results, empty, more=bool(unfired), unreached=tuple(unreached))
+                unreached += [r.key for r in unfired]
+                self._unclaim(unfired)
+                report = _report(results + handed, empty, more=bool(unfired), unreached=tuple(unreached))
         self.metrics.add(report)
         return report
 
@@ -384,7 +399,9 @@ class Sweeper:
                 results[i] = self.host.fire(rows[i], node_id=self.node_id)
 
         pool = self._executor()
-        for future in [pool.submit(fire_group, idx) for idx in groups.values()]:
+        # each group in a copy of this thread's context: its fire spans are children of the
+        # caller's span, and its hand-overs are counted in this sweep's report, as with one worker
+        for future in [pool.submit(contextvars.copy_context().run, fire_group, idx) for idx in groups.values()]:
             future.result()   # a host.fire never raises for a delivery; a store outage does
         return results
 
@@ -492,6 +509,18 @@ def _count(name: str, value: object, most: int) -> None:
 
 #: The outcome counters of a report, one per :class:`FireResult` outcome.
 _COUNTS = ("fired", "discarded", "stale", "failed", "skipped", "delivered", "waiting", "cancelled", "parked")
+
+
+@contextmanager
+def _handovers() -> Iterator[list[FireResult]]:
+    """A list that gets the results of the outbox rows the sweep's commits hand over while
+    the block runs (``runner.handed_over``)."""
+    handed: list[FireResult] = []
+    token = handed_over.set(handed)
+    try:
+        yield handed
+    finally:
+        handed_over.reset(token)
 
 
 def _report(results: list[FireResult], empty: int = 0, *, more: bool = False,
