@@ -14,7 +14,7 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from ..events import Event
-from ..exceptions import StoreError, StoreUnavailable, describe
+from ..exceptions import ConflictError, StoreError, StoreUnavailable, describe
 from ..interpreter.state import RUNNING
 from .delivery import drop_ref
 from .runner import load, wake
@@ -86,8 +86,21 @@ def fire_completion(row: TimerRow, node: str, result: tuple[str, str | None]) ->
 
 
 def fire_failed(h: Host, row: TimerRow, node: str, exc: Exception, lag: int) -> FireResult:
-    """A timer's delivery failed: release the row with backoff, or park it as dead."""
+    """A timer's delivery failed: release the row with backoff, or park it as dead.
+
+    A store that was unavailable, or other writers that won every retry, are not the
+    delivery's fault: the row is given back after one backoff period with no attempt
+    counted. Counted, one lock held past the busy timeout cost every row of a group an
+    attempt, and five such moments parked them all as dead."""
     text = describe(exc)
+    if isinstance(exc, (StoreUnavailable, ConflictError)):
+        retry_at = h.clock.now_ms() + h.backoff_ms
+        h.store.release(row.key, node, error=text, next_attempt_at_ms=retry_at, dead=False, attempt=False)
+        wake(h, [(row.key, max(retry_at, row.due_at_ms))])
+        count(h, "failed")
+        log.warning("row %s not fired, the store was busy (%s); retried in %d ms, no attempt counted",
+                    row.key, text, h.backoff_ms)
+        return FireResult(row.key, "failed", text.partition(": ")[2], lag)
     release(h, row, node, text, row.attempts + 1)
     return FireResult(row.key, "failed", text.partition(": ")[2], lag)
 

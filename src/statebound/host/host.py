@@ -41,9 +41,9 @@ from ..chart.compiler import compile_src_child
 from ..chart.model import Chart
 from ..datamodel.budget import DEFAULT_CPU_MS, DEFAULT_MEMORY_BYTES, Budget
 from ..events import Event
-from ..exceptions import (IdempotencyKeyReused, InstanceExists, InstanceNotFound, InstanceSuspended, InvalidArgument,
-                          InvalidBatchItem, InvalidEvent, InvalidInstanceId, NotRunning, PositionError, StateboundError,
-                          UnknownChart)
+from ..exceptions import (ConflictError, IdempotencyKeyReused, InstanceExists, InstanceNotFound, InstanceSuspended,
+                          InvalidArgument, InvalidBatchItem, InvalidEvent, InvalidInstanceId, NotRunning, PositionError,
+                          StateboundError, StoreUnavailable, UnknownChart)
 from ..interpreter import Interpreter, Position
 from ..interpreter.state import RUNNING
 from ..position import read_header
@@ -719,7 +719,13 @@ class Host:
         node = node_id or self.node_id
         lag = max(0, self.clock.now_ms() - row.ready_at_ms)
         if row.kind != TIMER:
-            res = self._outbox.fire(row, node, lag)
+            try:
+                res = self._outbox.fire(row, node, lag)
+            except (ConflictError, StoreUnavailable) as exc:
+                # its completion lost every retry to other writers, or the store went away
+                # (the processor may have been called: it is called again, at least once);
+                # raised, it stopped the sweeper's run_forever
+                res = firing.fire_failed(self, row, node, exc, lag)
             handed = runner.handing_over.get()
             if handed is not None:   # handed over after a sweep's commit: its report counts it
                 handed.append(res)

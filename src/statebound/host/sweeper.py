@@ -34,7 +34,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from ..exceptions import InvalidArgument, StoreUnavailable
+from ..exceptions import ConflictError, InvalidArgument, StoreUnavailable
 from .host import FireResult, Host
 from .runner import handed_over, wake
 from .store import CLAIMED, PENDING, TIMER, TimerKey, TimerRow
@@ -187,6 +187,8 @@ class Sweeper:
         self._random = random.Random()
         self._pool: ThreadPoolExecutor | None = None
         self._pool_lock = threading.Lock()
+        #: rows a failed sweep claimed and could not give back yet (``_give_back_held``)
+        self._stranded: list[TimerRow] = []
 
     def run_once(self, *, stop: threading.Event | Callable[[], bool] | None = None) -> SweepReport:
         """Fire the rows of due in-process wake-ups, then claim up to ``batch`` due rows and
@@ -213,9 +215,15 @@ class Sweeper:
                 if due:
                     woken, empty, _ = self._woken_rows(due)
                     results += self.fire_rows(woken)
+            if self._stranded:
+                self._give_back_held(self._stranded)
             now = self.host.clock.now_ms()
             rows = self.host.store.claim_due(now, self.batch, self.node_id, self.lease_ms)
-            results += self.fire_rows(rows)
+            try:
+                results += self.fire_rows(rows)
+            except BaseException:
+                self._give_back_held(rows)
+                raise
         report = _report(results + handed, empty)
         self.metrics.add(report)
         return report
@@ -302,6 +310,28 @@ class Sweeper:
                 log.warning("row %s was not reached before the sweep's deadline and could not be given back "
                             "(%s): it is taken again when its claim lapses", row.key, exc)
                 return
+
+    def _give_back_held(self, rows: Sequence[TimerRow]) -> None:
+        """A sweep failed part way (the store went away mid-group): give back, no attempt
+        counted, the claimed rows it did not get to. Left claimed for the lease, a later row
+        of the same instance, claimed by the next sweep, fired before them. Each is read
+        first: a row that fired is done, and one released with backoff keeps its backoff.
+        When the store cannot answer, the rest keep their claims until the lease lapses."""
+        store = self.host.store
+        for i, row in enumerate(rows):
+            try:
+                cur = store.get_timer(row.key)
+                if cur is None or cur.state not in (PENDING, CLAIMED) or cur.claimed_by not in (None, self.node_id):
+                    continue
+                store.release(row.key, self.node_id, error="", next_attempt_at_ms=cur.next_attempt_at_ms,
+                              dead=False, attempt=False)
+            except StoreUnavailable as exc:
+                # still busy: the next sweep tries again before it claims anything
+                self._stranded = list(rows[i:])
+                log.warning("a sweep failed and %d claimed row(s) could not be given back yet (%s)",
+                            len(self._stranded), exc)
+                return
+        self._stranded = []
 
     def _give_back(self, due: list[tuple[TimerKey, int]], now: int) -> None:
         request = getattr(self.wakeups, "request", None)
@@ -464,9 +494,10 @@ class Sweeper:
             try:
                 report = self.run_once()
                 failures = 0
-            except StoreUnavailable as exc:
-                # A locked database or a throttled table is transient: back off and keep
-                # going rather than letting one bad moment stop every timer.
+            except (StoreUnavailable, ConflictError) as exc:
+                # A locked database, a throttled table, or other writers winning every retry
+                # is transient: back off and keep going rather than letting one bad moment
+                # stop every timer.
                 failures += 1
                 wait = min(self.interval_s * (2 ** min(failures, 6)), 60.0)
                 log.warning("sweep failed (%s); retrying in %.1fs", exc, wait)
