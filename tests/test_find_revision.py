@@ -42,3 +42,12 @@ def test_without_the_revision_the_load_still_fails_loudly(store, find):
     with pytest.raises(sb.ChartIdentityMismatch):
         host.send("i", "refund")
     assert host.chart("o") is OLD
+
+
+def test_revisions_lists_every_revision_and_charts_the_latest():
+    old_timeout = sb.Chart.from_scxml(V1.format(extra='<sb:timeout xmlns:sb="urn:statebound" event="Old" after="1h"/>'))
+    host = sb.Host([old_timeout, OLD, NEW])
+    assert host.revisions("o") == [old_timeout, OLD, NEW]
+    assert host.charts["o"] is NEW and host.revisions("none") == []
+    host.register(OLD)                                   # registered again: the latest again, listed once
+    assert host.charts["o"] is OLD and host.revisions("o") == [old_timeout, OLD, NEW]

@@ -65,10 +65,9 @@ def refuse_own_event(host: sb.Host, name: str) -> None:
     token by token: ``PaymentTimeout``, ``PaymentTimeout.early``, ``error``, ``done.x``."""
     own = getattr(host, "own_events", None)
     if own is None:
-        # A Host installed with configure() and not built here. Host offers no public list
-        # of its revisions, only the latest of each chart (the ``charts`` property): an own
-        # event of an older revision alone is not covered. build_host() covers them all.
-        own = own_events(host.charts.values())
+        # A Host installed with configure() and not built here: every revision it holds
+        # (an instance still on an older one keeps that one's timeouts)
+        own = own_events([c for name in host.charts for c in host.revisions(name)])
     tokens = name.split(".")
     for n in range(1, len(tokens) + 1):
         if ".".join(tokens[:n]) in own:

@@ -365,3 +365,16 @@ def test_the_readme_names_every_function_s_log_group():
     named = set(re.findall(r"`(/aws/lambda/<stack>-[a-z-]+)`", observe))
     assert {g.replace("${AWS::StackName}", "<stack>") for g in groups} == named
     assert "/aws/lambda/<stack>-wake" in named
+
+
+def test_a_host_installed_with_configure_refuses_an_older_revisions_own_timeout(lam):
+    # only the latest revision of each chart was looked at: an instance still on an older
+    # revision could be sent that revision's timeout event by any client
+    ns = 'xmlns="http://www.w3.org/2005/07/scxml" xmlns:sb="urn:statebound" version="1.0" datamodel="python"'
+    older = sb.Chart.from_scxml(f'<scxml {ns} name="order" initial="a"><state id="a">'
+                                '<sb:timeout event="ReminderDue" after="1h"/></state></scxml>')
+    newer = sb.Chart.from_scxml(f'<scxml {ns} name="order" initial="a"><state id="a"/></scxml>')
+    host = sb.Host([older, newer], store=DynamoStore(TABLE, client=lam.client), clock=lam.clock)
+    with pytest.raises(lam.app.OwnEvent):
+        lam.app.refuse_own_event(host, "ReminderDue")
+    lam.app.refuse_own_event(host, "SomethingElse")

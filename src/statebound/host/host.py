@@ -217,12 +217,19 @@ class Host:
         """
         if not isinstance(chart, Chart):
             raise InvalidArgument(f"register() takes a Chart, not {type(chart).__name__}")
-        self._charts[chart.name] = chart
-        self._revisions.setdefault(chart.name, {})[chart.identity] = chart
+        self._add_revision(chart, latest=True)
+
+    def _add_revision(self, chart: Chart, *, latest: bool) -> None:
+        # the revision and its interpreter first, the name last: a thread loading a blob
+        # meanwhile (_chart_for_blob's one-revision fast path) must never see the new
+        # latest without the revision table that says which revision its blob needs
         if chart.identity not in self._interpreters:
             self._interpreters[chart.identity] = Interpreter(chart, max_rounds=self.max_rounds)
+        self._revisions.setdefault(chart.name, {})[chart.identity] = chart
+        if latest or chart.name not in self._charts:
+            self._charts[chart.name] = chart
         for sub in chart.subcharts:
-            self.register(sub)
+            self._add_revision(sub, latest=latest)
 
     def _chart_for_blob(self, name: str, blob: bytes) -> Chart:
         """The registered revision of chart ``name`` that this blob was written for."""
@@ -246,10 +253,8 @@ class Host:
         chart = self.find_revision(name, identity)
         if not isinstance(chart, Chart) or chart.name != name or chart.identity != identity:
             return None
-        latest = self._charts.get(name)
-        self.register(chart)
-        if latest is not None:   # what new instances start on does not change behind the caller's back
-            self._charts[name] = latest
+        # kept as a revision: what new instances start on does not change behind the caller's back
+        self._add_revision(chart, latest=False)
         return chart
 
     def chart(self, name: str) -> Chart:
@@ -282,8 +287,13 @@ class Host:
 
     @property
     def charts(self) -> Mapping[str, Chart]:
-        """The registered charts by name."""
+        """The registered charts by name (the latest revision of each)."""
         return dict(self._charts)
+
+    def revisions(self, name: str) -> list[Chart]:
+        """Every registered revision of chart ``name``, in the order each was first
+        registered; empty if no chart has that name. :attr:`charts` names the latest."""
+        return list(self._revisions.get(name, {}).values())
 
     # ------------------------------------------------------------------ public calls
     def start(self, chart: Chart | str, instance_id: str, data: Mapping[str, Any] | None = None, *,
