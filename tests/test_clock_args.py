@@ -65,3 +65,13 @@ def test_sweeper_runs_refuse_a_stop_or_count_they_cannot_use_before_claiming(cal
     with pytest.raises(sb.InvalidArgument):
         call(sb.Sweeper(host))
     assert [r.state for r in host.pending_timers("i")] == ["pending"]      # nothing claimed
+
+
+def test_fire_due_refuses_a_lease_that_lapses_as_it_is_taken():
+    # Sweeper(lease_s=0) was refused for this (another sweeper could hand the same outbox row
+    # over at once), but host.fire_due(lease_ms=0) claimed with it
+    chart = sb.Chart.from_scxml(CHART)
+    host = sb.Host([chart])
+    with pytest.raises(sb.InvalidArgument, match="lease_ms"):
+        host.fire_due(lease_ms=0)
+    assert host.fire_due(lease_ms=1) == []

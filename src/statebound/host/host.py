@@ -687,10 +687,16 @@ class Host:
 
     def fire_due(self, limit: int = 100, *, node_id: str | None = None, lease_ms: int = 30_000) -> list[FireResult]:
         """Claim and fire up to ``limit`` rows that are due at ``clock.now_ms()``, with group
-        commit (see :meth:`fire_many`)."""
+        commit (see :meth:`fire_many`).
+
+        :raises InvalidArgument: ``lease_ms`` under 1 (a claim that lapses as it is taken
+            would let another sweeper hand the same outbox row over at once, as
+            ``Sweeper(lease_s=0)`` is refused for), or a ``limit`` that is no count."""
         node = node_id or self.node_id
         now = self.clock.now_ms()
-        rows = self.store.claim_due(now, _check_count("limit", limit), node, _check_count("lease_ms", lease_ms))
+        if _check_count("lease_ms", lease_ms) < 1:
+            raise InvalidArgument("lease_ms must be at least 1: a claim that lapses as it is taken protects nothing")
+        rows = self.store.claim_due(now, _check_count("limit", limit), node, lease_ms)
         return self.fire_many(rows, node_id=node)
 
     def fire_many(self, rows: Iterable[TimerRow], *, node_id: str | None = None) -> list[FireResult]:
