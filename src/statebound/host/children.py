@@ -43,7 +43,7 @@ MAX_INVOKE_DEPTH = 16
 def start_instance(h: Host, u: Unit, instance_id: str, chart: Chart, data: Mapping[str, Any] | None,
                    parent: str | None, invokeid: str | None, caller_context: Any) -> None:
     """Start a session in unit ``u`` and apply the effects of its start."""
-    interp = h._interpreters[chart.identity]
+    interp = h._interpreters[chart.name, chart.identity]
     existing = u.entries.get(instance_id)
     if existing is None and parent is not None:
         # a leftover child is replaced, not duplicated: loaded, so that the new one goes on
@@ -111,8 +111,14 @@ def invoke(h: Host, u: Unit, iid: str, pos: Position, eff: Invoke, ctx: Any) -> 
         u.queue.append((iid, Event("error.execution", {"message": f"invoke {eff.invokeid!r}: {exc}"},
                                    "platform"), ctx))
         return
-    if h._revisions.get(chart.name, {}).get(chart.identity) is None:
+    registered = h._revisions.get(chart.name, {}).get(chart.identity)
+    if registered is None:
         h.register(chart)
+        registered = chart
+    if eff.chart is None:
+        # the chart that runs it: the one first compiled under this name (its interpreter is
+        # keyed by name and identity, so no other chart's limits reach it, nor its theirs)
+        _inherit_limits(pos.chart, registered)
     try:
         start_instance(h, u, cid, chart, eff.data, iid, eff.invokeid, ctx)
     except (BudgetExceeded, SerializationError) as exc:
@@ -121,6 +127,31 @@ def invoke(h: Host, u: Unit, iid: str, pos: Position, eff: Invoke, ctx: Any) -> 
         u.entries.pop(cid, None)
         u.queue.append((iid, Event("error.execution", {"message": f"invoke {eff.invokeid!r}: {exc}"},
                                    "platform"), ctx))
+
+
+#: Where ``set_limits`` keeps a chart's ECMAScript limits (``datamodel/ecmascript/limits.py``),
+#: read here without importing QuickJS: a host whose charts have none never needs it.
+_LIMITS_KEY = "ecmascript.limits"
+def _tree(chart: Chart) -> list[Chart]:
+    """``chart`` and every chart it invokes inline or by ``src``, nested."""
+    out, todo = [], [chart]
+    while todo:
+        c = todo.pop()
+        out.append(c)
+        todo.extend(c.subcharts)
+    return out
+
+
+def _inherit_limits(parent: Chart, child: Chart) -> None:
+    """A child compiled at run time (``srcexpr``, ``<content expr>``) runs under ``parent``'s
+    ECMAScript limits, as the inline and ``src`` children ``set_limits`` reaches do: under
+    the defaults, a parent held to 2 MiB and 50 ms got 64 MiB and 1 s by invoking its code."""
+    own = parent._caches.get(_LIMITS_KEY)
+    for c in _tree(child):
+        if own is None:
+            c._caches.pop(_LIMITS_KEY, None)
+        else:
+            c._caches[_LIMITS_KEY] = own
 
 
 def delete_instance(h: Host, u: Unit, iid: str) -> None:

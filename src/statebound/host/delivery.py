@@ -50,7 +50,8 @@ def drain(h: Host, u: Unit) -> None:
         u.deliveries += 1
         if e.steps is not None:
             e.steps.append({"event": ev.to_dict()} if ctx is None else {"event": ev.to_dict(), "context": ctx})
-        interp = h._interpreters[e.position.chart.identity]
+        chart = e.position.chart
+        interp = h._interpreters[chart.name, chart.identity]
         pos, effects = interp.drive_as(e.position, e.driver, ev, caller_context=ctx, budget=u.budget)
         if u.deliveries + u.starts > 1 and pos is e.position and _out_of_budget(effects):
             # Earlier drives of this call spent the budget: this event is not to blame,

@@ -196,7 +196,10 @@ class Host:
         self._group = GroupCommit(self)
         self._charts: dict[str, Chart] = {}
         self._revisions: dict[str, dict[str, Chart]] = {}
-        self._interpreters: dict[str, Interpreter] = {}   # by chart identity
+        # by chart name and identity: one document under two names (a tenant's chart, and
+        # another's run-time child built to match it) runs on two interpreters, each under
+        # its own chart's ECMAScript limits
+        self._interpreters: dict[tuple[str, str], Interpreter] = {}
         self._decoded = DecodedPositions()
         #: counters a user can read: commits, conflicts, fired, discarded, stale, failed...
         #: (a dict; the host's threads add to it atomically, see ``counters.py``)
@@ -223,8 +226,8 @@ class Host:
         # the revision and its interpreter first, the name last: a thread loading a blob
         # meanwhile (_chart_for_blob's one-revision fast path) must never see the new
         # latest without the revision table that says which revision its blob needs
-        if chart.identity not in self._interpreters:
-            self._interpreters[chart.identity] = Interpreter(chart, max_rounds=self.max_rounds)
+        if (chart.name, chart.identity) not in self._interpreters:
+            self._interpreters[chart.name, chart.identity] = Interpreter(chart, max_rounds=self.max_rounds)
         self._revisions.setdefault(chart.name, {})[chart.identity] = chart
         if latest or chart.name not in self._charts:
             self._charts[chart.name] = chart

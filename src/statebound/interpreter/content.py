@@ -7,14 +7,14 @@ Everything that leaves the session becomes an effect; nothing here performs I/O.
 
 from __future__ import annotations
 
+from sys import getsizeof
 from typing import Any
-
-import msgpack
 
 from ..chart.compiler import MAX_DELAY_MS, parse_duration, parse_instant
 from ..chart.model import (INVOKE_SCXML_TYPES, CancelAction, DoneData, Foreach, InvokeSpec, Param, SendAction,
                            StateNode, TimeoutSpec)
 from ..datamodel.base import check_serializable
+from ..datamodel.budget import ITEM_BYTES
 from ..effects import Autoforward, Cancel, CancelInvoke, Done, Invoke, Log, Send, SendDelayed
 from ..events import BASICHTTP_PROCESSOR, SCXML_PROCESSOR, Event
 from ..exceptions import EvaluationError
@@ -29,9 +29,36 @@ _BASICHTTP_TYPES = frozenset({BASICHTTP_PROCESSOR, "basichttp"})
 
 def _copy(value: Any) -> Any:
     """A private copy of a compile-time constant, so the datamodel never aliases the chart."""
-    if isinstance(value, (dict, list)):
-        return msgpack.unpackb(msgpack.packb(value, use_bin_type=True), raw=False, strict_map_key=False)
-    return value
+    return _copied(value)[0]
+
+
+def _copied(value: Any) -> tuple[Any, int]:
+    """:func:`_copy` of ``value``, and about how many bytes the copy stands for.
+
+    Only the lists and dicts are new: strings and numbers cannot change, so the copy shares
+    them with the chart (one ``<send>`` of a 7 MB inline ``<content>`` in a loop made a 7 MB
+    copy a round). The bytes count the shared strings all the same: a host writes each
+    event and effect out whole. A loop, not recursion: nesting is the chart's to choose.
+    """
+    t = type(value)
+    if t is not list and t is not dict:
+        return value, len(value) if t is str else 0
+    top = list(value) if t is list else dict(value)
+    size = getsizeof(top)
+    todo = [top]
+    while todo:
+        c = todo.pop()
+        for k, v in (c.items() if type(c) is dict else enumerate(c)):
+            tv = type(v)
+            if tv is list or tv is dict:
+                v = c[k] = list(v) if tv is list else dict(v)
+                size += getsizeof(v)
+                todo.append(v)
+            elif tv is str:
+                size += len(v)
+            if type(k) is str:
+                size += len(k)
+    return top, size
 
 
 #: Ticks between two checks of the budget's clock.
@@ -105,6 +132,20 @@ class ContentMixin:
             if self.budget is not None:
                 self.budget.check_items(len(self.internal) + len(self.effects))
 
+    def charge(self, nbytes: int) -> None:
+        """Count ``nbytes`` an event or effect of this drive holds against its memory budget.
+
+        Each is reckoned at ``ITEM_BYTES`` already (:meth:`check_items`): only what is larger
+        is counted again, so the common small one costs a comparison.
+        """
+        if nbytes <= ITEM_BYTES:
+            return
+        if self.budget is None:
+            if self.new_budget is None:
+                return
+            self.budget = self.new_budget(None)
+        self.budget.charge(nbytes)
+
     # ------------------------------------------------------------------ helpers
     def stamp(self) -> dict[str, int]:
         """The ``macrostep``/``microstep``/``round`` every effect carries, as keyword arguments."""
@@ -124,6 +165,7 @@ class ContentMixin:
         """
         self.internal.append(Event(name, {"message": message}, "platform", sendid))
         self.effects.append(Log(label=name, value=message, **self.stamp()))
+        self.charge(len(message))  # (one string, held by both)
 
     def condition_match(self, t: Any, cond: Any = None) -> bool:
         """``conditionMatch``: a failing condition is false and raises ``error.execution``.
@@ -146,22 +188,28 @@ class ContentMixin:
                 run(self, owner)
         except EvaluationError as exc:
             self.raise_error("error.execution", str(exc), getattr(exc, "sendid", None))
+        except RecursionError:
+            # Nested <if>/<foreach> recurse once a level on the caller's stack: from a caller
+            # already deep, a chart within the nesting cap can still reach Python's limit.
+            # Unwound to here, the stack is the block's again (the datamodels leave nothing
+            # half-done on a RecursionError: see EcmaScriptContext._runtime).
+            self.raise_error("error.execution", "the content nests too deep for the stack left to this call")
 
     def foreach(self, a: Foreach, body: tuple[Any, ...], owner: int) -> None:
         """``<foreach>`` over a shallow copy of the array; a failing child stops it all."""
         ctx = self.ctx
         seq = ctx.evaluate(a.array)
         if isinstance(seq, (dict, str, bytes)) or not hasattr(seq, "__iter__"):
-            raise EvaluationError(f"<foreach array={a.array.src!r}> is not an array")
+            raise EvaluationError(f"<foreach array={_quote(a.array.src)}> is not an array")
         if isinstance(seq, (set, frozenset)):
             # a set's order is its hashes', which differ between processes: the same drive
             # would store a different position in each
-            raise EvaluationError(f"<foreach array={a.array.src!r}> is a set, whose order differs between "
+            raise EvaluationError(f"<foreach array={_quote(a.array.src)}> is a set, whose order differs between "
                                   "processes; iterate a list (sorted(...), for one)")
         items = list(seq)  # iterate a shallow copy: the body may change the array
         for loc in (a.item, a.index):
             if loc is not None and not ctx.valid_location(loc):
-                raise EvaluationError(f"<foreach> {loc.src!r} is not a valid variable name")
+                raise EvaluationError(f"<foreach> {_quote(loc.src)} is not a valid variable name")
         for loc in (a.item, a.index):
             # only a plain name is declared: a path (``a.b``) became a variable of that very
             # name, stored beside the error its assignment then raised
@@ -225,7 +273,9 @@ class ContentMixin:
             return None
         if content[0] == "expr":
             return self.ctx.evaluate(content[1])
-        return _copy(content[1])
+        value, size = _copied(content[1])
+        self.charge(size)
+        return value
 
     def send(self, a: SendAction, owner: int) -> None:
         """``<send>``: evaluate everything, then emit ``Send``/``SendDelayed`` or enqueue."""
@@ -536,6 +586,12 @@ def _delay_ms(value: Any, what: str) -> int:
     if ms is None:
         raise EvaluationError(f"{what} gave {value!r}, not a duration like '5s' or a number of ms >= 0")
     return ms
+
+
+def _quote(src: str) -> str:
+    """``src`` as an error message shows it: cut after 200 characters, as the datamodels cut
+    theirs (each failing ``<foreach>`` puts its message in an event and a log)."""
+    return repr(src) if len(src) <= 200 else repr(src[:200]) + "…"
 
 
 def _with_id(exc: EvaluationError, send_id: str) -> EvaluationError:

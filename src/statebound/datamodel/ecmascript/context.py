@@ -71,6 +71,17 @@ def _refused_name(name: str) -> str | None:
     return why
 
 
+#: How much of an expression's source an error message quotes. A chart's expression may be
+#: megabytes long, and each failing evaluation's message goes into an event and a log: quoted
+#: whole, one that fails in a loop filled gigabytes in a single host call.
+QUOTE_CHARS = 200
+
+
+def _quote(src: str) -> str:
+    """``src`` as an error message shows it: its repr, cut after :data:`QUOTE_CHARS` characters."""
+    return repr(src) if len(src) <= QUOTE_CHARS else repr(src[:QUOTE_CHARS]) + "…"
+
+
 def _failure(r: Any) -> str:
     """The message of a failed call: the realm tags it ``"\x01e"``."""
     return r[2:] if isinstance(r, str) and r[:2] == "\x01e" else str(r)
@@ -259,11 +270,25 @@ class EcmaScriptContext:
                 self.call = self.js = self.realm = None
                 self.broken = str(exc)
                 raise
+            except BaseException:
+                # A RecursionError (a caller deep in its stack) may stop the load half-way, with
+                # the realm lent but the variables not installed: the drive goes on (the
+                # interpreter makes it error.execution), and must not read that realm as loaded.
+                self._release()
+                raise
         self.dump_cache = None
         if self.pending_event is not _NOTHING:
             self._send_event(self.pending_event)  # one that fails stays pending: every read fails alike
             self.pending_event = _NOTHING
         return self.call
+
+    def _release(self) -> None:
+        """Give the realm back unused (the next call loads the variables into a wiped one)."""
+        realm = self.realm
+        if realm is not None and realm.owner is not None and realm.owner() is self:
+            realm.owner = None
+        self.call = self.js = self.realm = None
+        self.serial = -1
 
     def _invoke(self, *args: Any) -> Any:
         """Call into JS on the drive's budget (issue 10: the time cap alone was per evaluation).
@@ -406,7 +431,7 @@ class EcmaScriptContext:
                 realm.cached(512 + 16 * len(src))
                 dm.compiled[kind][expr.id] = (realm.serial, key)
                 return key
-            bad = f"{expr.src!r} does not compile: {r[1:]}"
+            bad = f"{_quote(expr.src)} does not compile: {r[1:]}"
             # Remembered for the chart only when the source is at fault: running out of memory
             # (the heap this drive filled) or stack says nothing about the next drive.
             if r[:1] == "s":
@@ -436,12 +461,12 @@ class EcmaScriptContext:
             tag, body = r[1:2], r[2:]
             if tag == "e":
                 self.last = _NOTHING
-                raise EvaluationError(f"{expr.src!r}: {body}")
+                raise EvaluationError(f"{_quote(expr.src)}: {body}")
             if tag in ("j", "J"):
                 try:
                     v = loads(body, tag == "J")
                 except (ValueError, RecursionError) as exc:
-                    raise EvaluationError(f"{expr.src!r}: the value cannot be read: {exc}") from None
+                    raise EvaluationError(f"{_quote(expr.src)}: the value cannot be read: {exc}") from None
                 self.last = v if isinstance(v, (dict, list)) else _NOTHING
                 return v
             kind, _, text = body.partition("\x02")
@@ -498,7 +523,7 @@ class EcmaScriptContext:
         """
         v = self._result(self._invoke("text", *self._ready(expr, "expr")), expr)
         if type(v) is not str:  # the realm sends strings only; anything else is not this op's answer
-            raise EvaluationError(f"{expr.src!r}: the value could not be converted to a string")
+            raise EvaluationError(f"{_quote(expr.src)}: the value could not be converted to a string")
         return v
 
     def cond(self, expr: Expr) -> bool:
@@ -506,7 +531,7 @@ class EcmaScriptContext:
         r = self._invoke("cond", *self._ready(expr, "cond"))
         if r is True or r is False:
             return r
-        raise EvaluationError(f"{expr.src!r}: {_failure(r)}")
+        raise EvaluationError(f"{_quote(expr.src)}: {_failure(r)}")
 
     def valid_location(self, location: Expr) -> bool:
         """Whether the location compiles as an assignment target rooted at a variable name."""
@@ -531,15 +556,15 @@ class EcmaScriptContext:
         """Assign, refusing system variables, undeclared roots and values with no stored form."""
         root = self.dm.roots[location.id]
         if root is None:
-            raise EvaluationError(f"cannot assign to {location.src!r}: it is not a location")
+            raise EvaluationError(f"cannot assign to {_quote(location.src)}: it is not a location")
         if root in SYSTEM_VARIABLES:
-            raise EvaluationError(f"cannot assign to {location.src!r}: {root} is a read-only system variable")
+            raise EvaluationError(f"cannot assign to {_quote(location.src)}: {root} is a read-only system variable")
         key, ids = self._ready(location, "set")
         mode, payload, special = self._payload(value, self.dm.xml_assign.get(location.id))
         r = self._invoke("assign", key, root, mode, payload, special, ids)
         self.last = _NOTHING
         if r:
-            raise EvaluationError(f"cannot assign to {location.src!r}: {_failure(r)}")
+            raise EvaluationError(f"cannot assign to {_quote(location.src)}: {_failure(r)}")
 
     def declare(self, name: str, value: Any) -> None:
         """Create (or overwrite) a global variable (``<data>``, foreach item/index)."""

@@ -7,7 +7,12 @@ from dataclasses import dataclass, replace
 from ...chart.model import Chart
 from ...exceptions import InvalidArgument
 
-__all__ = ["Limits", "DEFAULT_LIMITS", "set_limits", "get_limits", "set_default_limits"]
+__all__ = ["Limits", "DEFAULT_LIMITS", "MIN_STACK_BYTES", "MAX_STACK_BYTES", "set_limits", "get_limits", "set_default_limits"]
+
+
+#: The JS stack cap's bounds: the top stays well under a thread's default C stack (8 MiB).
+MIN_STACK_BYTES = 64 * 1024
+MAX_STACK_BYTES = 4 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -18,7 +23,8 @@ class Limits:
         value it makes may take, on top of the shared realm the drive runs in.
     :ivar time_ms: CPU time one evaluation (expression, condition, ``<script>``, the
         commit's serialization) may take before it is interrupted.
-    :ivar stack_bytes: the JS stack cap (deep recursion raises a ``RangeError``).
+    :ivar stack_bytes: the JS stack cap (deep recursion raises a ``RangeError``), from
+        64 KiB to 4 MiB.
     """
 
     memory_bytes: int = 64 * 1024 * 1024
@@ -30,8 +36,11 @@ class Limits:
             raise InvalidArgument("memory_bytes must be at least 1 MiB")
         if self.time_ms < 1:
             raise InvalidArgument("time_ms must be at least 1")
-        if self.stack_bytes < 64 * 1024:
-            raise InvalidArgument("stack_bytes must be at least 64 KiB")
+        if not MIN_STACK_BYTES <= self.stack_bytes <= MAX_STACK_BYTES:
+            # QuickJS checks its own stack against this cap only: at or past the C stack of
+            # the thread that drives (8 MiB by default), deep recursion crashes the process
+            raise InvalidArgument(f"stack_bytes must be from {MIN_STACK_BYTES} (64 KiB) to {MAX_STACK_BYTES} "
+                                  f"(4 MiB), not {self.stack_bytes}")
 
 
 #: The limits of charts that were given none.
@@ -53,6 +62,8 @@ def set_limits(chart: Chart, limits: Limits | None = None, *, memory_bytes: int 
 
     ``set_limits(chart, Limits(...))`` or ``set_limits(chart, time_ms=50)`` (the other
     fields keep their current value). Takes effect from the next drive; returns the limits.
+    Its inline and ``src`` children get them now; the children it compiles at run time
+    (``srcexpr``, ``<content expr>``) get them from the host at each ``<invoke>``.
     """
     base = limits if limits is not None else get_limits(chart)
     changes = {k: v for k, v in (("memory_bytes", memory_bytes), ("time_ms", time_ms),
@@ -69,3 +80,4 @@ def set_limits(chart: Chart, limits: Limits | None = None, *, memory_bytes: int 
 def get_limits(chart: Chart) -> Limits:
     """The limits in force for ``chart``."""
     return chart._caches.get(_LIMITS_KEY) or DEFAULT_LIMITS
+

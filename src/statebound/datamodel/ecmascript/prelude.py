@@ -29,8 +29,10 @@ __all__ = ["PRELUDE", "UNPOLLED"]
 #: length nothing can change once checked; ``concat``, ``flat`` and ``flatMap``, which read
 #: lengths half-way through, are rewritten around that. (``toString`` only calls ``join``.)
 #: The same holds for the other natives that loop without polling: ``String.raw``, the
-#: replacer list of ``JSON.stringify``, ``Iterator.prototype.drop``/``includes``/``join`` and the
-#: ``Set`` methods that take a set-like, which pull from an iterator whose ``next`` is native.
+#: replacer list of ``JSON.stringify``, and the natives that step an iterator (every
+#: ``Iterator.prototype`` method, ``Iterator.from``/``concat``/``zip``/``zipKeyed``, the ``Set``
+#: methods that take a set-like), which call a native ``next`` natively: unpolled, and with no
+#: stack check (a chain of helpers recursed off the C stack).
 UNPOLLED = ("join toLocaleString reverse copyWithin shift unshift slice splice sort fill toReversed toSorted "
             "toSpliced with concat flat flatMap")
 
@@ -55,7 +57,8 @@ var AP = Array.prototype, Arr = Array, RangeErr = RangeError, CAP = 16777216, MA
   SPREAD = Symbol.isConcatSpreadable, SPECIES = Symbol.species, same = O.is, construct = R.construct,
   defineProp = R.defineProperty, NativeProxy = Proxy, proxies = new WeakSet(),
   isProxy = WeakSet.prototype.has.bind(proxies), addProxy = WeakSet.prototype.add.bind(proxies),
-  nSlice = AP.slice, nConcat = AP.concat, IP = g.Iterator.prototype, SP = Set.prototype, setHas = SP.has,
+  nSlice = AP.slice, nConcat = AP.concat, ITER = g.Iterator, IP = ITER.prototype, SYMIT = Symbol.iterator,
+  isProtoOf = O.prototype.isPrototypeOf, SP = Set.prototype, setHas = SP.has,
   UNPOLLED = "%UNPOLLED%".split(" "), MUTATES = create(null);
 // shift, unshift and splice also set length; the others only move elements
 MUTATES.reverse = MUTATES.copyWithin = MUTATES.fill = MUTATES.sort = 1; MUTATES.shift = MUTATES.unshift = MUTATES.splice = 2;
@@ -213,11 +216,17 @@ defProp(JSON, "stringify", { writable: true, configurable: true, value: { string
   }
   return stringify(value, replacer, space);
 } }.stringify });
-// An iterator stepped through functions of ours: QuickJS calls a native next (an Array's
-// iterator over a sparse array, say) directly, without polling.
-function stepper(it) {
+// Iterators stepped through functions of ours. A native that steps an iterator calls its next
+// natively, without polling the time limit (an Array's iterator over a sparse array, under
+// drop(2**53)) and without checking the stack: a helper's next calls its underlying
+// iterator's, so a chain of 200,000 take(1)s recursed natively off the end of the C stack and
+// killed the process (SIGSEGV). Every native that steps an iterator a chart gives it steps a
+// stepper instead, whose next and return are JS: each step of the chain is then a JS call,
+// which QuickJS polls and checks against the stack limit (a RangeError, error.execution).
+// proto: a stepper for a native that reads Symbol.iterator (null: one it must not find there)
+function stepper(it, proto) {
   if (!isObj(it)) throw new TypeErr("not an object");
-  var next = it.next, w = create(IP);
+  var next = it.next, w = create(proto === undefined ? IP : proto);
   defProp(w, "next", { value: function () { return apply(next, it, []); } });
   defProp(w, "return", { value: function () {
     var m = it.return;
@@ -225,12 +234,113 @@ function stepper(it) {
   } });
   return w;
 }
-function wrapIterator(k) {
+// The spec's GetIteratorFlattenable(v): v's iterator, or v itself when it has no Symbol.iterator.
+function flattenable(v, strings, k) {
+  if (!isObj(v) && !(strings && typeof v === "string")) throw new TypeErr(k + ": not an object");
+  var m = v[SYMIT], it;
+  if (m === undefined || m === null) it = v;
+  else if (typeof m !== "function") throw new TypeErr(k + ": Symbol.iterator is not a function");
+  else it = apply(m, v, []);
+  if (!isObj(it)) throw new TypeErr(k + ": the iterator is not an object");
+  return it;
+}
+// IteratorClose after an error: the error wins over anything return does.
+function closeAfter(it, x) {
+  try { var m = it.return; if (m !== undefined && m !== null) apply(m, it, []); } catch (y) {}
+  throw x;
+}
+function wrapHelper(k) {
   var f = IP[k];
-  if (typeof f === "function") defProp(IP, k, { writable: true, configurable: true,
+  if (k === "flatMap") defProp(IP, k, { writable: true, configurable: true, value: withLength({ flatMap(mapper) {
+    // the iterators the mapper gives are stepped natively too
+    var m = typeof mapper !== "function" ? mapper : function (v, n) {
+      return stepper(flattenable(apply(mapper, undefined, [v, n]), false, "flatMap"));
+    };
+    return apply(f, stepper(this), [m]);
+  } }.flatMap, f.length) });
+  else defProp(IP, k, { writable: true, configurable: true,
     value: withLength({ [k]() { return apply(f, stepper(this), arguments); } }[k], f.length) });
 }
-wrapIterator("drop"); wrapIterator("includes"); wrapIterator("join");
+var IPK = names(IP);
+for (i = 0; i < IPK.length; i++) {
+  var dIP = getDesc(IP, IPK[i]);
+  if (IPK[i] !== "constructor" && hasOwn(dIP, "value") && typeof dIP.value === "function") wrapHelper(IPK[i]);
+}
+// Iterator.from, concat, zip and zipKeyed: each iterator they get is a stepper.
+if (typeof ITER.from === "function") {
+  var itFrom = ITER.from;
+  defProp(ITER, "from", { writable: true, configurable: true, value: withLength({ from(o) {
+    var it = flattenable(o, true, "Iterator.from");
+    // one that inherits from Iterator.prototype comes back as it is, anything else wrapped
+    return apply(isProtoOf, IP, [it]) ? it : apply(itFrom, ITER, [stepper(it, null)]);
+  } }.from, itFrom.length) });
+}
+if (typeof ITER.concat === "function") {
+  var itConcat = ITER.concat;
+  defProp(ITER, "concat", { writable: true, configurable: true, value: withLength({ concat() {
+    var w = [], j;
+    for (j = 0; j < arguments.length; j++) w[j] = opener(arguments[j]);
+    return apply(itConcat, ITER, w);
+  } }.concat, itConcat.length) });
+}
+// what concat opens in place of item: item's iterator, as a stepper, when concat gets to it
+function opener(item) {
+  if (!isObj(item)) throw new TypeErr("Iterator.concat: not an object");
+  var m = item[SYMIT], o = create(null);
+  if (typeof m !== "function") throw new TypeErr("Iterator.concat: not iterable");
+  o[SYMIT] = function () {
+    var it = apply(m, item, []);
+    if (!isObj(it)) throw new TypeErr("Iterator.concat: the iterator is not an object");
+    return stepper(it);
+  };
+  return o;
+}
+if (typeof ITER.zip === "function") {
+  var itZip = ITER.zip;
+  defProp(ITER, "zip", { writable: true, configurable: true, value: withLength({ zip(iterables, options) {
+    return apply(itZip, ITER, [isObj(iterables) ? zipInput(iterables) : iterables, options]);
+  } }.zip, itZip.length) });
+}
+// iterables, read as zip reads it and when zip reads it, giving steppers of the iterators
+function zipInput(iterables) {
+  var o = create(null);
+  o[SYMIT] = function () {
+    var m = iterables[SYMIT], it, next, w = create(null);
+    if (typeof m !== "function") throw new TypeErr("Iterator.zip: not iterable");
+    it = apply(m, iterables, []);
+    if (!isObj(it)) throw new TypeErr("Iterator.zip: the iterator is not an object");
+    next = it.next;
+    w.next = function () {
+      var r = apply(next, it, []), s;
+      if (!isObj(r)) throw new TypeErr("Iterator.zip: the iterator result is not an object");
+      if (r.done) return { value: undefined, done: true };
+      try { s = stepper(flattenable(r.value, false, "Iterator.zip")); } catch (x) { closeAfter(it, x); }
+      return { value: s, done: false };
+    };
+    w.return = function () {
+      var m2 = it.return;
+      return m2 === undefined || m2 === null ? { value: undefined, done: true } : apply(m2, it, []);
+    };
+    return w;
+  };
+  return o;
+}
+if (typeof ITER.zipKeyed === "function") {
+  var itZipKeyed = ITER.zipKeyed;
+  defProp(ITER, "zipKeyed", { writable: true, configurable: true, value: withLength({ zipKeyed(iterables, options) {
+    if (!isObj(iterables)) return apply(itZipKeyed, ITER, [iterables, options]);  // (the native says why not)
+    // a view of iterables whose values are steppers, read as and when zipKeyed reads them (its
+    // target is a blank object: iterables' own may be frozen, and a Proxy of it could not lie)
+    return apply(itZipKeyed, ITER, [new NativeProxy(create(null), {
+      ownKeys: function () { return ownKeys(iterables); },
+      getOwnPropertyDescriptor: function (t, k) { var d = getDesc(iterables, k); if (d !== undefined) d.configurable = true; return d; },
+      get: function (t, k) {
+        var v = iterables[k];
+        return v === undefined ? v : stepper(flattenable(v, false, "Iterator.zipKeyed"));
+      }
+    }), options]);
+  } }.zipKeyed, itZipKeyed.length) });
+}
 // What the Set methods read of a set-like, read once; its has and keys called through ours.
 function setLike(o) {
   if (!isObj(o)) return o;  // (the native says why not)
