@@ -16,3 +16,17 @@ def store(request, tmp_path):
     else:
         with sb.SQLiteStore(tmp_path / "store.db") as s:
             yield s
+
+
+@pytest.fixture
+def otel():
+    """``(tracer, exporter)``: an OpenTelemetry SDK tracer whose finished spans the in-memory
+    exporter keeps (skipped where the SDK is not installed)."""
+    pytest.importorskip("opentelemetry.sdk")
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    return provider.get_tracer("test"), exporter

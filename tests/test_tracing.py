@@ -19,14 +19,6 @@ from opentelemetry.trace import StatusCode
 ORDER = Path(__file__).resolve().parents[1] / "examples" / "order" / "order.scxml"
 
 
-@pytest.fixture
-def otel():
-    exporter = InMemorySpanExporter()
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
-    return provider.get_tracer("test"), exporter
-
-
 def by_name(exporter, name):
     return [s for s in exporter.get_finished_spans() if s.name == name]
 

@@ -83,6 +83,23 @@ class LambdaContext:
         return self.remaining
 
 
+class ClockContext:
+    """A Lambda context whose deadline is ``timeout_ms`` after now on a ManualClock, so the
+    time left is what the test's clock says, never the wall's."""
+
+    function_name = "statebound-example"
+    function_version = "$LATEST"
+    memory_limit_in_mb = 512
+    invoked_function_arn = "arn:aws:lambda:eu-west-1:123456789012:function:statebound-example"
+
+    def __init__(self, clock: Any, timeout_ms: int, request_id: str = "deadline-1") -> None:
+        self.clock, self.deadline = clock, clock.now_ms() + timeout_ms
+        self.aws_request_id = request_id
+
+    def get_remaining_time_in_millis(self) -> int:
+        return int(self.deadline - self.clock.now_ms())
+
+
 class Lam:
     """The example's modules and the moto objects behind them."""
 

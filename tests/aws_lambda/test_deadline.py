@@ -25,6 +25,8 @@ from statebound.dynamodb.lambda_handlers import Deadline
 from statebound.exceptions import InvalidArgument
 from statebound.host.wakeup import WakeupRequest
 
+from .harness import ClockContext
+
 WAKEUPS = "https://sqs.eu-west-1.amazonaws.com/123456789012/wakeups"
 
 
@@ -55,22 +57,6 @@ class HangingSQS:
         if self.mode != "healthy":
             self._fail("SendMessageBatch")
         return {"Successful": [{"Id": e["Id"]} for e in Entries]}
-
-
-class ClockContext:
-    """A Lambda context whose deadline is ``timeout_ms`` after now on the manual clock."""
-
-    aws_request_id = "deadline-1"
-    function_name = "statebound-example"
-    function_version = "$LATEST"
-    memory_limit_in_mb = 512
-    invoked_function_arn = "arn:aws:lambda:eu-west-1:123456789012:function:statebound-example"
-
-    def __init__(self, clock, timeout_ms: int) -> None:
-        self.clock, self.deadline = clock, clock.now_ms() + timeout_ms
-
-    def get_remaining_time_in_millis(self) -> int:
-        return self.deadline - self.clock.now_ms()
 
 
 def _owed(lam, monkeypatch, n: int, *, wakeups: bool) -> HangingSQS:

@@ -30,7 +30,7 @@ from samtranslator.yaml_helper import yaml_parse
 import statebound as sb
 from statebound.dynamodb import DynamoStore
 
-from .harness import LAMBDA_DIR, TABLE, LambdaContext, count_requests, deployment, http_event, log_lines
+from .harness import LAMBDA_DIR, TABLE, ClockContext, LambdaContext, count_requests, deployment, http_event, log_lines
 
 FORM = "application/x-www-form-urlencoded"
 README = (LAMBDA_DIR / "README.md").read_text()
@@ -52,22 +52,6 @@ def _configuration(lam, iid: str) -> list[str]:
 
 
 # ------------------------------------------------------------------ 1. the SQS events batch
-
-
-class _ClockContext:
-    """A Lambda context whose deadline is ``timeout_ms`` after now on the host's ManualClock."""
-
-    aws_request_id = "sqs-events-1"
-    function_name = "statebound-example"
-    function_version = "$LATEST"
-    memory_limit_in_mb = 512
-    invoked_function_arn = "arn:aws:lambda:eu-west-1:123456789012:function:statebound-example"
-
-    def __init__(self, clock, timeout_ms: int) -> None:
-        self.clock, self.deadline = clock, clock.now_ms() + timeout_ms
-
-    def get_remaining_time_in_millis(self) -> int:
-        return self.deadline - self.clock.now_ms()
 
 
 class _HangingDeadLetters:
@@ -93,7 +77,7 @@ def test_the_events_batch_stops_at_its_margin_and_reports_only_what_it_did_not_a
     order = ["g0", "b1", "b2", "g1", "b3", "b4", "b5", "g2", "b6", "g3"]
     batch = [_record(m, {"instance_id": m, "event": "StartPayment"}) if m.startswith("g") else _record(m, "not json")
              for m in order]
-    ctx = _ClockContext(lam.clock, 20_000)
+    ctx = ClockContext(lam.clock, 20_000, "sqs-events-1")
     result = lam.sqs_events.handle({"Records": batch}, ctx)
     assert ctx.get_remaining_time_in_millis() > 0                # returned before its timeout
     failed = [f["itemIdentifier"] for f in result["batchItemFailures"]]
