@@ -134,3 +134,93 @@ def test_an_outbox_row_whose_completion_loses_every_retry_does_not_stop_the_swee
     clock.advance(host.backoff_ms)
     assert sb.Sweeper(host, node_id="s1").run_once().delivered == 1     # at least once: called again
     assert host.pending_timers("h") == [] and len(delivered) == 2
+
+
+class _BusyFor(sb.MemoryStore):
+    """A store whose writes for instance ``a`` fail as a locked database does, while ``busy``."""
+
+    busy = False
+    #: whose releases of ``a``'s rows fail too: everyone's, or only a pool worker's (the
+    #: sweep's give-back, after the workers, finds the store free again)
+    release_busy = "all"
+
+    def commit(self, commit):
+        if self.busy and any(w.instance_id == "a" for w in commit.writes):
+            raise sb.StoreUnavailable("database is locked")
+        return super().commit(commit)
+
+    def release(self, key, node_id, **kw):
+        if self.busy and key[0] == "a" and (
+                self.release_busy == "all" or threading.current_thread().name.startswith("sweeper-")):
+            raise sb.StoreUnavailable("database is locked")
+        return super().release(key, node_id, **kw)
+
+
+SENDER = """<scxml xmlns="http://www.w3.org/2005/07/scxml" version="1.0" datamodel="python" name="c" initial="Idle">
+  <datamodel><data id="seen" expr="[]"/></datamodel>
+  <state id="Idle">
+    <transition event="Arm"><send event="First" delay="1s"/><send event="Second" delay="2s"/></transition>
+    <transition event="ArmA"><send event="T" delay="1s"/></transition>
+    <transition event="Notify"><send type="app" event="Notified" target="ops"/></transition>
+    <transition event="First"><script>seen.append('First')</script></transition>
+    <transition event="Second"><script>seen.append('Second')</script></transition>
+    <transition event="T"/>
+  </state></scxml>"""
+
+
+def test_a_pooled_sweep_waits_for_every_worker_before_it_gives_rows_back():
+    # the first worker's StoreUnavailable was raised at once: the sweep gave back the row
+    # another worker was still handing to its processor, and the next claim called it again
+    started, release, calls = threading.Event(), threading.Event(), []
+
+    def processor(delivery):
+        calls.append(delivery.idempotency_key)
+        started.set()
+        release.wait(5)              # bounded: the fixed sweep waits for this worker to end
+
+    store, clock = _BusyFor(), sb.ManualClock(0)
+    host = sb.Host([sb.Chart.from_scxml(SENDER)], store=store, clock=clock, processors={"app": processor},
+                   deliver_after_commit=False)
+    host.start("c", "a")
+    host.start("c", "b")
+    host.send("a", "ArmA")
+    clock.advance(1_000)
+    host.send("b", "Notify")
+    store.busy, store.release_busy = True, "workers"
+    first = sb.Sweeper(host, node_id="s1", workers=2)
+    failed = []
+
+    def sweep_once():
+        try:
+            first.run_once()
+        except sb.StoreUnavailable as exc:
+            failed.append(exc)
+    sweep = threading.Thread(target=sweep_once)
+    sweep.start()
+    assert started.wait(10)
+    threading.Timer(0.5, release.set).start()
+    sweep.join(30)
+    assert failed                                        # the sweep met the busy store
+    sb.Sweeper(host, node_id="s2").run_once()           # a second sweeper, right after the failure
+    assert calls == ["b:1"]
+    assert store.get_timer(("b", 1)) is None or store.get_timer(("b", 1)).state == "done"
+    first.close()
+
+
+def test_a_sweep_with_a_deadline_the_store_fails_part_way_gives_its_rows_back_in_order():
+    store, clock = _BusyFor(), sb.ManualClock(0)
+    host = sb.Host([sb.Chart.from_scxml(SENDER)], store=store, clock=clock)
+    host.start("c", "a")
+    host.start("c", "b")
+    host.send("a", "ArmA")
+    host.send("b", "Arm")
+    clock.advance(1_000)
+    sweeper = sb.Sweeper(host, node_id="s")
+    store.busy = True
+    with pytest.raises(sb.StoreUnavailable):
+        sweeper.run_once(stop=lambda: False)
+    store.busy = False
+    clock.advance(1_000)                                 # Second is due now
+    for _ in range(3):
+        sweeper.run_once(stop=lambda: False)
+    assert host.get("b").datamodel["seen"] == ["First", "Second"]

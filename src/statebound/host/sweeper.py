@@ -246,13 +246,21 @@ class Sweeper:
         if stop is None:
             with _handovers() as handed:
                 rows, empty, _ = self._woken_rows(list(requests))
-                results = self.fire_rows(rows)
+                try:
+                    results = self.fire_rows(rows)
+                except BaseException:
+                    self._give_back_held(_claimed_outbox(rows, self.node_id))   # (woken timers hold no claim)
+                    raise
             report = _report(results + handed, empty)
         else:
             stopped = _stopper(stop)
             with _handovers() as handed:
                 rows, empty, unread = self._woken_rows(list(requests), stopped)
-                results, unfired = self._fire_until(rows, stopped)
+                try:
+                    results, unfired = self._fire_until(rows, stopped)
+                except BaseException:
+                    self._give_back_held(_claimed_outbox(rows, self.node_id))
+                    raise
             # claimed and not fired: given back at once, so that the wake-up's redelivery,
             # to whichever sweeper, finds them claimable instead of waiting out the lease
             self._unclaim(_claimed_outbox(unfired, self.node_id))
@@ -286,9 +294,15 @@ class Sweeper:
             if unreached or stopped():
                 report = _report(results + handed, empty, more=True, unreached=tuple(unreached))
             else:
+                if self._stranded:
+                    self._give_back_held(self._stranded)
                 now = self.host.clock.now_ms()
                 rows = self.host.store.claim_due(now, self.batch, self.node_id, self.lease_ms)
-                fired, unfired = self._fire_until(rows, stopped)
+                try:
+                    fired, unfired = self._fire_until(rows, stopped)
+                except BaseException:
+                    self._give_back_held(rows)   # as run_once does
+                    raise
                 results += fired
                 unreached += [r.key for r in unfired]
                 self._unclaim(unfired)
@@ -431,8 +445,14 @@ class Sweeper:
         pool = self._executor()
         # each group in a copy of this thread's context: its fire spans are children of the
         # caller's span, and its hand-overs are counted in this sweep's report, as with one worker
-        for future in [pool.submit(contextvars.copy_context().run, fire_group, idx) for idx in groups.values()]:
-            future.result()   # a host.fire never raises for a delivery; a store outage does
+        futures = [pool.submit(contextvars.copy_context().run, fire_group, idx) for idx in groups.values()]
+        # Every group is waited for before any error is raised (a host.fire never raises for a
+        # delivery; a store outage does): raised at the first, the sweep gave back rows other
+        # workers were still firing, and the next claim called their processors a second time.
+        from concurrent.futures import wait   # (loaded with the pool: one worker never needs it)
+        wait(futures)
+        for future in futures:
+            future.result()
         return results
 
     def _executor(self) -> ThreadPoolExecutor:
