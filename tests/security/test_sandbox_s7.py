@@ -338,3 +338,35 @@ def test_the_js_stack_cap_stays_under_a_threads_c_stack():
     for bad in (MAX_STACK_BYTES + 1, 64 * 1024 * 1024, 1024):
         with pytest.raises(InvalidArgument, match="stack_bytes"):
             Limits(stack_bytes=bad)
+
+
+def test_a_srcexpr_child_keeps_its_parents_limits_in_another_process(tmp_path):
+    """Any other host (a restart, a sweeper, the CLI) reloads a srcexpr child from beside its
+    parent: it did so without the parent's limits, so the child ran 50x longer than its
+    parent is allowed to everywhere but in the process that invoked it."""
+    import statebound as sb
+    from statebound.datamodel.ecmascript.limits import set_limits
+    (tmp_path / "parent.scxml").write_text(
+        '<scxml xmlns="http://www.w3.org/2005/07/scxml" version="1.0" datamodel="ecmascript" name="parent" '
+        'initial="run"><datamodel><data id="which" expr="\'child.scxml\'"/></datamodel>'
+        '<state id="run"><invoke id="c" type="scxml" srcexpr="which"/></state></scxml>')
+    (tmp_path / "child.scxml").write_text(
+        '<scxml xmlns="http://www.w3.org/2005/07/scxml" version="1.0" datamodel="ecmascript" initial="idle">'
+        '<datamodel><data id="n" expr="0"/></datamodel><state id="idle"><transition event="spin" target="spun">'
+        '<script>for (var i = 0; i &lt; 20000000; i++) { n = i; }</script></transition>'
+        '<transition event="error.execution" target="failed"/></state>'
+        '<state id="spun"><transition event="error.execution" target="failed"/></state><state id="failed"/></scxml>')
+    db = tmp_path / "s.db"
+
+    def host():                      # every process loads the parent and sets its limits the same way
+        parent = sb.Chart.from_file(tmp_path / "parent.scxml", trust="untrusted")
+        set_limits(parent, time_ms=20)
+        return sb.Host([parent], store=sb.SQLiteStore(db), max_cpu_ms=60_000)
+    first = host()
+    first.start("parent", "p1")
+    first.start("parent", "p2")
+    first.send("p1::c", "spin")
+    assert first.get("p1::c").configuration == {"failed"}          # a loop of most of a second: over 20 ms
+    other = host()                                                 # another process
+    other.send("p2::c", "spin")
+    assert other.get("p2::c").configuration == {"failed"}

@@ -33,7 +33,7 @@ from .unit import Entry, Unit
 if TYPE_CHECKING:
     from .host import Host
 
-__all__ = ["MAX_INVOKE_DEPTH", "invoke", "start_instance", "delete_instance"]
+__all__ = ["MAX_INVOKE_DEPTH", "invoke", "start_instance", "delete_instance", "inherit_limits"]
 
 #: How deep invoked sessions may nest (a child's child's ...). Inline and src children nest at
 #: most 8 deep when a chart loads; srcexpr and <content expr> could otherwise recurse for ever.
@@ -118,7 +118,7 @@ def invoke(h: Host, u: Unit, iid: str, pos: Position, eff: Invoke, ctx: Any) -> 
     if eff.chart is None:
         # the chart that runs it: the one first compiled under this name (its interpreter is
         # keyed by name and identity, so no other chart's limits reach it, nor its theirs)
-        _inherit_limits(pos.chart, registered)
+        inherit_limits(pos.chart, registered)
     try:
         start_instance(h, u, cid, chart, eff.data, iid, eff.invokeid, ctx)
     except (BudgetExceeded, SerializationError) as exc:
@@ -142,7 +142,7 @@ def _tree(chart: Chart) -> list[Chart]:
     return out
 
 
-def _inherit_limits(parent: Chart, child: Chart) -> None:
+def inherit_limits(parent: Chart, child: Chart) -> None:
     """A child compiled at run time (``srcexpr``, ``<content expr>``) runs under ``parent``'s
     ECMAScript limits, as the inline and ``src`` children ``set_limits`` reaches do: under
     the defaults, a parent held to 2 MiB and 50 ms got 64 MiB and 1 s by invoking its code."""

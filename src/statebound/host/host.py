@@ -50,7 +50,7 @@ from ..position import read_header
 from . import delivery, firing, migration, runner
 from . import history as history_mod
 from .batch import FireJob, GroupCommit, SendJob, SendResult
-from .children import MAX_INVOKE_DEPTH, delete_instance, start_instance
+from .children import MAX_INVOKE_DEPTH, delete_instance, inherit_limits, start_instance
 from .clock import Clock, SystemClock
 from .counters import Counters
 from .decoded import DecodedPositions
@@ -284,9 +284,13 @@ class Host:
             parent = self.chart(head.rsplit("/", 1)[0])
             # under the parent's policy (containment, trust) again: the identity check of the
             # blob then also proves the child was reloaded as trusted as it was written
-            return compile_src_child(parent, src, name)
+            child = compile_src_child(parent, src, name)
         except StateboundError:
             return None
+        # and under its limits, as the invoke that made it gave them (children.invoke):
+        # reloaded without, it ran under the defaults in every other process, a sweeper's too
+        inherit_limits(parent, child)
+        return child
 
     @property
     def charts(self) -> Mapping[str, Chart]:
