@@ -94,24 +94,20 @@ def fire_failed(h: Host, row: TimerRow, node: str, exc: Exception, lag: int) -> 
     attempt, and five such moments parked them all as dead."""
     text = describe(exc)
     if isinstance(exc, (StoreUnavailable, ConflictError)):
-        retry_at = h.clock.now_ms() + h.backoff_ms
-        h.store.release(row.key, node, error=text, next_attempt_at_ms=retry_at, dead=False, attempt=False)
-        wake(h, [(row.key, max(retry_at, row.due_at_ms))])
-        count(h, "failed")
-        log.warning("row %s not fired, the store was busy (%s); retried in %d ms, no attempt counted",
-                    row.key, text, h.backoff_ms)
-        return FireResult(row.key, "failed", text.partition(": ")[2], lag)
-    release(h, row, node, text, row.attempts + 1)
+        release(h, row, node, text, row.attempts, counted=False)
+    else:
+        release(h, row, node, text, row.attempts + 1)
     return FireResult(row.key, "failed", text.partition(": ")[2], lag)
 
 
-def release(h: Host, row: TimerRow, node: str, error: str, attempts: int) -> None:
-    """A failed delivery: back off exponentially, or park the row after ``max_attempts``."""
-    dead = attempts >= h.max_attempts
-    delay = h.backoff_ms * (2 ** (attempts - 1))
+def release(h: Host, row: TimerRow, node: str, error: str, attempts: int, *, counted: bool = True) -> None:
+    """A failed delivery: back off exponentially, or park the row after ``max_attempts``.
+    Not ``counted`` (the store, not the delivery, failed): one ``backoff_ms``, no attempt."""
+    dead = counted and attempts >= h.max_attempts
+    delay = h.backoff_ms * (2 ** (attempts - 1)) if counted else h.backoff_ms
     retry_at = h.clock.now_ms() + delay
     try:
-        h.store.release(row.key, node, error=error, next_attempt_at_ms=retry_at, dead=dead)
+        h.store.release(row.key, node, error=error, next_attempt_at_ms=retry_at, dead=dead, attempt=counted)
     except StoreUnavailable:
         raise
     except StoreError as exc:
@@ -126,6 +122,10 @@ def release(h: Host, row: TimerRow, node: str, error: str, attempts: int) -> Non
     count(h, "failed")
     if dead:
         count(h, "dead")
+    if not counted:
+        log.warning("row %s not fired, the store was busy (%s); retried in %d ms, no attempt counted",
+                    row.key, error, h.backoff_ms)
+        return
     log.warning("row %s delivery failed (attempt %d%s): %s", row.key, attempts,
                 ", parked as dead" if dead else "", error)
 

@@ -411,8 +411,8 @@ class Outbox:
         new instance of the same id never reuses its key), still of its kind (an exit turns
         a live invoke row into a cancel row in the commit that drops its generation's ref,
         so an invoke row still of kind ``invoke`` is a live generation), and still this
-        node's to fire: pending (the hand-over's row, hidden by its lease; a wake-up's; a
-        DynamoDB claim, which is kept in memory only) or claimed by ``node``.
+        node's to fire: pending (the hand-over's row, hidden by its lease, or a woken row
+        on a store without ``claim_rows``) or claimed by ``node``.
 
         Not read: a row the hand-over got from a commit of this thread, with no processor,
         handler or hook called since it was written. Nothing of this host can have changed

@@ -215,15 +215,8 @@ class Sweeper:
                 if due:
                     woken, empty, _ = self._woken_rows(due)
                     results += self.fire_rows(woken)
-            if self._stranded:
-                self._give_back_held(self._stranded)
-            now = self.host.clock.now_ms()
-            rows = self.host.store.claim_due(now, self.batch, self.node_id, self.lease_ms)
-            try:
+            with self._claimed() as rows:
                 results += self.fire_rows(rows)
-            except BaseException:
-                self._give_back_held(rows)
-                raise
         report = _report(results + handed, empty)
         self.metrics.add(report)
         return report
@@ -294,15 +287,8 @@ class Sweeper:
             if unreached or stopped():
                 report = _report(results + handed, empty, more=True, unreached=tuple(unreached))
             else:
-                if self._stranded:
-                    self._give_back_held(self._stranded)
-                now = self.host.clock.now_ms()
-                rows = self.host.store.claim_due(now, self.batch, self.node_id, self.lease_ms)
-                try:
+                with self._claimed() as rows:
                     fired, unfired = self._fire_until(rows, stopped)
-                except BaseException:
-                    self._give_back_held(rows)   # as run_once does
-                    raise
                 results += fired
                 unreached += [r.key for r in unfired]
                 self._unclaim(unfired)
@@ -324,6 +310,20 @@ class Sweeper:
                 log.warning("row %s was not reached before the sweep's deadline and could not be given back "
                             "(%s): it is taken again when its claim lapses", row.key, exc)
                 return
+
+    @contextmanager
+    def _claimed(self) -> Iterator[list[TimerRow]]:
+        """A sweep's claim of up to ``batch`` due rows, for the block to fire; rows an earlier
+        failed sweep could not give back are given back first, and the block's own, should
+        the store fail it part way, after it."""
+        if self._stranded:
+            self._give_back_held(self._stranded)
+        rows = self.host.store.claim_due(self.host.clock.now_ms(), self.batch, self.node_id, self.lease_ms)
+        try:
+            yield rows
+        except BaseException:
+            self._give_back_held(rows)
+            raise
 
     def _give_back_held(self, rows: Sequence[TimerRow]) -> None:
         """A sweep failed part way (the store went away mid-group): give back, no attempt
